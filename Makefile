@@ -1,0 +1,36 @@
+# Everything a fresh Debian 12 machine with Python 3.11 needs: `make demo`, `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= dev
+STORE ?= demo-store
+
+.PHONY: install demo test lint bench-store clean
+
+$(VENV)/.installed-$(EXTRAS): pyproject.toml
+	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@touch $@
+
+install: $(VENV)/.installed-$(EXTRAS)
+
+demo: install
+	rm -rf $(STORE)
+	$(VENV)/bin/trajforge synth $(STORE) --transitions 2000 --seed 1 --duplicates 0.1
+	$(VENV)/bin/trajforge shards validate $(STORE)
+	$(VENV)/bin/trajforge query "SELECT domain, count(*) AS transitions, count(DISTINCT trajectory_id) AS trajectories, round(avg(length(next_state.text))) AS avg_next_state_chars, round(avg(CASE WHEN action_error IS NULL THEN 0 ELSE 1 END), 3) AS failed_ratio FROM transitions GROUP BY 1 ORDER BY 1" --store $(STORE)
+
+test: install
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q tests
+
+lint: install
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+bench-store: install
+	$(PY) benchmarks/store.py
+
+clean:
+	rm -rf $(VENV) $(STORE) .pytest_cache

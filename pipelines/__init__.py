@@ -1,0 +1,1 @@
+"""Curation, mixtures, releases and queries over a trajforge store."""

@@ -1,0 +1,89 @@
+"""Store commands: ``query``, ``stats`` and the ``shards`` group (validate, repair)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)
+shards = typer.Typer(no_args_is_help=True, help="Check and repair shard files.")
+app.add_typer(shards, name="shards")
+
+StoreOpt = Annotated[str, typer.Option("--store", "-s", help="Store path or URI.")]
+
+
+@app.command()
+def query(
+    sql: Annotated[str, typer.Argument(help="A read-only SQL query over the views: transitions.")],
+    store: StoreOpt,
+    format: Annotated[str, typer.Option("--format", "-f", help="table, csv, json (lines) or parquet.")] = "table",
+    out: Annotated[str | None, typer.Option(help="Write the result to this file.")] = None,
+    limit: Annotated[int, typer.Option(help="Rows shown by --format table.")] = 50,
+) -> None:
+    """Run read-only SQL (DuckDB) over the store."""
+    from pipelines.query import execute, write_result
+
+    n = write_result(execute(sql, store), format, out, limit=limit)
+    if out:
+        typer.echo(f"wrote {n} rows to {out}", err=True)
+
+
+@app.command()
+def stats(store: StoreOpt, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Counts per domain, run and day, bytes, and the failed-step ratio."""
+    from dataclasses import asdict
+
+    from pipelines.stats import store_stats
+
+    s = store_stats(store)
+    if as_json:
+        typer.echo(json.dumps({**asdict(s), "failed_ratio": s.failed_ratio}, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"{s.transitions} transitions, {s.trajectories} trajectories, {s.shards} shards, "
+        f"{s.bytes / 1e6:.1f} MB, failed-step ratio {s.failed_ratio:.3f}"
+    )
+    for title, cols, rows in (
+        ("by domain", ("domain", "transitions", "trajectories", "failed steps"), s.by_domain),
+        ("by run", ("domain", "run", "transitions", "bytes"), s.by_run),
+        ("by day (UTC)", ("day", "transitions"), s.by_day),
+    ):
+        table = Table(*cols, title=title)
+        for row in rows:
+            table.add_row(*map(str, row))
+        console.print(table)
+
+
+@shards.command("validate")
+def shards_validate(
+    path: Annotated[str, typer.Argument(help="A store, a run folder or one shard file.")],
+    deep: Annotated[bool, typer.Option(help="Also check every record (ids, hashes, JSON, spans).")] = False,
+) -> None:
+    """Check schema, manifest hashes and row counts; exit 2 on any problem."""
+    from pipelines.store.check import check_path
+
+    report = check_path(path, deep=deep)
+    for problem in report.problems:
+        typer.echo(problem, err=True)
+    typer.echo(f"{report.shards_ok} shards ok ({report.rows} rows), {len(report.problems)} problems")
+    if not report.ok:
+        raise typer.Exit(2)
+
+
+@shards.command("repair")
+def shards_repair(path: Annotated[str, typer.Argument(help="A store or a run folder.")]) -> None:
+    """Recover the complete batches of unfinished shards and fix run manifests."""
+    from pipelines.store.repair import repair
+
+    reports = repair(path)
+    for r in reports:
+        for line in r.lines():
+            typer.echo(line)
+    changed = sum(r.changed for r in reports)
+    typer.echo(f"{len(reports)} runs checked, {changed} repaired")

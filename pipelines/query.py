@@ -1,0 +1,161 @@
+"""Read-only ad-hoc SQL over a store with DuckDB.
+
+Each view is a lazy source over finished shards (see ``Store.relations``): DuckDB pushes
+projections and filters into the pyarrow dataset, so ``SELECT domain, count(*)`` reads two
+columns, not whole observations. Only SELECT and EXPLAIN statements run; anything that
+writes, attaches, loads or configures is refused before execution::
+
+    table = run_query("SELECT domain, count(*) FROM transitions GROUP BY 1", "store")
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from datetime import date, datetime
+from typing import IO, Any
+
+import duckdb
+import pyarrow as pa
+
+from pipelines.store.reader import Store
+from schemas.errors import QueryError
+from schemas.versions import schema_for
+
+#: View name -> the store tree it reads. Later stages add theirs (curated, rejected, ...).
+VIEWS: dict[str, str] = {"transitions": "raw"}
+
+_ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+FORMATS = ("table", "csv", "json", "parquet")
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse any statement that is not a SELECT or EXPLAIN (writes, ATTACH, COPY, SET, ...)."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL does not parse: {str(exc).splitlines()[0]}") from None
+    if not statements:
+        raise QueryError("empty query")
+    for st in statements:
+        if st.type not in _ALLOWED:
+            kind = st.type.name.replace("StatementType.", "")
+            raise QueryError(f"refused {kind} statement: queries are read-only (SELECT and EXPLAIN only)")
+
+
+def connect(store: str | Store) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the store's views registered."""
+    store = store if isinstance(store, Store) else Store(store)
+    con = duckdb.connect(":memory:")
+    for view, kind in VIEWS.items():
+        sources = store.relations(kind)
+        if not sources:
+            con.register(view, schema_for().empty_table())
+            continue
+        if len(sources) == 1:
+            con.register(view, sources[0])
+            continue
+        parts = []
+        for i, src in enumerate(sources):
+            con.register(f"_{view}_{i}", src)
+            parts.append(f"SELECT * FROM _{view}_{i}")
+        con.execute(f"CREATE TEMP VIEW {view} AS " + " UNION ALL ".join(parts))
+    con.execute("SET TimeZone = 'UTC'")  # days and hours in results are UTC, as stored
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def execute(sql: str, store: str | Store, *, batch_rows: int = 8192) -> pa.RecordBatchReader:
+    """Run a read-only query; the result streams as record batches."""
+    con = connect(store)
+    check_read_only(con, sql)
+    try:
+        relation = con.sql(sql)
+        if relation is None:
+            raise QueryError("the query returned no result")
+        return relation.to_arrow_reader(batch_rows)
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).splitlines()[0]) from None
+
+
+def run_query(sql: str, store: str | Store) -> pa.Table:
+    return execute(sql, store).read_all()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _rows(reader: pa.RecordBatchReader) -> Iterator[dict[str, Any]]:
+    for batch in reader:
+        yield from batch.to_pylist()
+
+
+def write_result(reader: pa.RecordBatchReader, fmt: str, out: IO[str] | str | None = None, *, limit: int = 50) -> int:
+    """Write a result as table, csv, json (JSON lines) or parquet; returns the rows written."""
+    if fmt not in FORMATS:
+        raise QueryError(f"unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        if not isinstance(out, str):
+            raise QueryError("--format parquet needs --out FILE")
+        n = 0
+        with pq.ParquetWriter(out, reader.schema, compression="zstd") as w:
+            for batch in reader:
+                w.write_batch(batch)
+                n += batch.num_rows
+        return n
+    with contextlib.ExitStack() as stack:
+        handle = stack.enter_context(open(out, "w", newline="")) if isinstance(out, str) else (out or sys.stdout)
+        if fmt == "table":
+            return _write_table(reader, handle, limit)
+        n = 0
+        if fmt == "csv":
+            w = csv.writer(handle)
+            w.writerow(reader.schema.names)
+            for row in _rows(reader):
+                w.writerow([json.dumps(_plain(v)) if isinstance(v, dict | list) else _plain(v) for v in row.values()])
+                n += 1
+        else:
+            for row in _rows(reader):
+                handle.write(json.dumps(_plain(row), ensure_ascii=False) + "\n")
+                n += 1
+        return n
+
+
+def _write_table(reader: pa.RecordBatchReader, handle: IO[str], limit: int) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*reader.schema.names, show_lines=False)
+    n = 0
+    for row in _rows(reader):
+        if n < limit:
+            table.add_row(*(_cell(v) for v in row.values()))
+        n += 1
+    Console(file=handle, width=200 if not handle.isatty() else None).print(table)
+    if n > limit:
+        handle.write(f"({n} rows, first {limit} shown; use --format csv|json|parquet for all)\n")
+    else:
+        handle.write(f"({n} rows)\n")
+    return n
+
+
+def _cell(value: Any) -> str:
+    text = (
+        "NULL" if value is None else json.dumps(_plain(value)) if isinstance(value, dict | list) else str(_plain(value))
+    )
+    return text if len(text) <= 80 else text[:77] + "..."

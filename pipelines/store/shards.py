@@ -1,0 +1,109 @@
+"""Reading one shard file: open with clear errors, migrate old versions, salvage partials.
+
+A shard is an Arrow IPC file (zstd-compressed buffers) whose schema metadata carries the
+schema version. A ``.partial`` file is an IPC file without its footer yet: after the
+8-byte magic it is an IPC stream, so its complete record batches can be read back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from pipelines.store.fs import StoreFS
+from schemas.errors import SchemaError, ShardError
+from schemas.versions import migrate, schema_problem, version_of
+
+ARROW_MAGIC = b"ARROW1"
+SHARD_SUFFIX = ".arrow"
+PARTIAL_SUFFIX = ".partial"
+
+
+def _describe(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+
+
+def open_shard(sfs: StoreFS, path: str) -> tuple[ipc.RecordBatchFileReader, int]:
+    """Open a finished shard; ShardError names what is wrong with a foreign or broken file."""
+    try:
+        f = sfs.fs.open_input_file(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise ShardError(path, f"cannot open: {_describe(exc)}") from None
+    head = f.read(6)
+    if head != ARROW_MAGIC:
+        f.close()
+        raise ShardError(path, "not an Arrow IPC file (no ARROW1 magic)")
+    f.seek(0)
+    try:
+        reader = ipc.open_file(f)
+    except (OSError, pa.ArrowException) as exc:
+        f.close()
+        raise ShardError(path, f"truncated or corrupt Arrow file ({_describe(exc)})") from None
+    try:
+        version = version_of(reader.schema)
+    except SchemaError as exc:
+        raise ShardError(path, str(exc)) from None
+    if version is None:
+        raise ShardError(path, "foreign Arrow file: no trajforge.schema_version in its metadata")
+    try:
+        problem = schema_problem(reader.schema, version)
+    except SchemaError as exc:
+        raise ShardError(path, str(exc)) from None
+    if problem:
+        raise ShardError(path, f"schema does not match transition schema v{version}: {problem}")
+    return reader, version
+
+
+def read_shard(sfs: StoreFS, path: str, *, migrate_to: int | None = None) -> Iterator[pa.RecordBatch]:
+    """Record batches of a shard, lifted to the current schema version (or ``migrate_to``)."""
+    reader, version = open_shard(sfs, path)
+    for i in range(reader.num_record_batches):
+        try:
+            batch = reader.get_batch(i)
+            batch.validate(full=False)
+        except (OSError, pa.ArrowException) as exc:
+            raise ShardError(path, f"corrupt record batch {i} ({_describe(exc)})") from None
+        yield migrate(batch, version, migrate_to)
+
+
+def salvage_partial(sfs: StoreFS, path: str) -> tuple[pa.Schema | None, list[pa.RecordBatch]]:
+    """The complete record batches of a footer-less ``.partial`` file (a killed writer's)."""
+    data = sfs.read_bytes(path)
+    if not data.startswith(ARROW_MAGIC):
+        return None, []
+    try:
+        reader = ipc.open_stream(pa.BufferReader(pa.py_buffer(data)[8:]))
+    except (OSError, pa.ArrowException):
+        return None, []  # killed before the schema message was whole
+    batches = []
+    while True:
+        try:
+            batch = reader.read_next_batch()
+            batch.validate(full=True)
+        except StopIteration:
+            break
+        except (OSError, pa.ArrowException):
+            break  # the torn batch being written at the kill: everything before it is whole
+        batches.append(batch)
+    return reader.schema, batches
+
+
+def file_sha256(sfs: StoreFS, path: str) -> str:
+    h = hashlib.sha256()
+    with sfs.fs.open_input_stream(path) as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def collected_range(batch: pa.RecordBatch | pa.Table) -> tuple[str | None, str | None]:
+    """ISO min and max of provenance.collected_at in a batch."""
+    if batch.num_rows == 0:
+        return None, None
+    col = pc.struct_field(batch.column("provenance"), "collected_at")
+    mm = pc.min_max(col)
+    return mm["min"].as_py().isoformat(), mm["max"].as_py().isoformat()

@@ -1,0 +1,233 @@
+"""Streaming, crash-safe shard writers.
+
+``ShardWriter`` appends transitions of one (domain, run) folder: rows are buffered into
+record batches (``rows_per_batch`` / ``bytes_per_batch``), each batch goes to the kernel
+as soon as it is full, and shards roll at ``rows_per_shard`` / ``bytes_per_shard``. A
+shard is written as ``part-NNNNN.arrow.partial``, fsynced, renamed to ``part-NNNNN.arrow``
+and only then listed in the run manifest. A kill -9 at any moment loses at most the rows
+of the batch being filled; opening the run again (or ``trajforge shards repair``)
+recovers the rest. ``StoreWriter`` routes a run's transitions to one writer per domain::
+
+    with StoreWriter("store", run_id="r1") as w:
+        for t in transitions:
+            w.write(t)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from pipelines.store.fs import StoreFS
+from pipelines.store.layout import parse_part_index, part_name, run_dir
+from pipelines.store.manifest import LOCK, ShardEntry
+from pipelines.store.repair import repair_run_locked
+from pipelines.store.shards import PARTIAL_SUFFIX, collected_range, file_sha256
+from schemas.arrow import to_record_batch
+from schemas.errors import SchemaError, StoreError
+from schemas.transition import DOMAINS, Transition
+from schemas.versions import current_version, schema_for, schema_problem
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    rows_per_batch: int = 1024
+    bytes_per_batch: int = 8 << 20
+    rows_per_shard: int = 250_000
+    bytes_per_shard: int = 128 << 20
+    compression: str = "zstd"
+    compression_level: int | None = None  # Arrow's default for the codec (zstd: 1)
+
+    def __post_init__(self) -> None:
+        for name in ("rows_per_batch", "bytes_per_batch", "rows_per_shard", "bytes_per_shard"):
+            if getattr(self, name) < 1:
+                raise SchemaError(f"writer.{name}", f"must be >= 1, got {getattr(self, name)}")
+
+
+def _text_bytes(t: Transition) -> int:
+    return len(t.state.text) + len(t.next_state.text) + len(t.action.raw) + len(t.action.canonical) + 512
+
+
+class ShardWriter:
+    """Append-only writer of one (domain, run) folder; holds the folder's lock while open."""
+
+    def __init__(self, store: str | StoreFS, domain: str, run_id: str, options: WriterOptions | None = None) -> None:
+        if domain not in DOMAINS:
+            raise SchemaError("domain", f"unknown domain {domain!r} (expected one of {', '.join(DOMAINS)})")
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise SchemaError("run_id", f"{run_id!r} is not a valid run id (non-empty, no '/', no leading '.')")
+        self.sfs = store if isinstance(store, StoreFS) else StoreFS.open(store)
+        self.domain, self.run_id = domain, run_id
+        self.options = options or WriterOptions()
+        self.dir = run_dir(self.sfs, "raw", domain, run_id)
+        self.sfs.makedirs(self.dir)
+        self._exit = contextlib.ExitStack()
+        self._exit.enter_context(self.sfs.lock(f"{self.dir}/{LOCK}"))
+        try:
+            # A killed writer may have left a .partial or an unlisted shard: recover first.
+            self.manifest = repair_run_locked(self.sfs, self.dir, domain=domain, run_id=run_id)
+        except BaseException:
+            self._exit.close()
+            raise
+        self.manifest.closed = False
+        used = [parse_part_index(s.path) for s in self.manifest.shards]
+        self._next_index = max(used, default=-1) + 1
+        self._rows: list[Transition] = []
+        self._buffered_bytes = 0
+        self._sink: pa.NativeFile | None = None
+        self._ipc: ipc.RecordBatchFileWriter | None = None
+        self._shard_rows = 0
+        self._shard_range: list[str] = []
+        self._schema = schema_for(current_version())
+        self._ipc_options = ipc.IpcWriteOptions(
+            compression=pa.Codec(self.options.compression, self.options.compression_level),
+            use_threads=True,
+        )
+        self.rows_written = 0
+        self._closed = False
+
+    # -- appending ---------------------------------------------------------------------------
+    def write(self, transition: Transition) -> None:
+        if transition.domain != self.domain:
+            raise SchemaError("domain", f"{transition.domain!r} written to the {self.domain!r} folder")
+        if transition.provenance.run_id != self.run_id:
+            raise SchemaError("provenance.run_id", f"{transition.provenance.run_id!r} written to run {self.run_id!r}")
+        self._rows.append(transition)
+        self._buffered_bytes += _text_bytes(transition)
+        if len(self._rows) >= self.options.rows_per_batch or self._buffered_bytes >= self.options.bytes_per_batch:
+            self.flush()
+
+    def write_many(self, transitions: Iterable[Transition]) -> None:
+        for t in transitions:
+            self.write(t)
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        """Append a record batch already in the current schema (e.g. from another store)."""
+        problem = schema_problem(batch.schema, current_version())
+        if problem:
+            raise SchemaError("batch", problem)
+        self.flush()
+        self._write(batch)
+
+    def flush(self) -> None:
+        """Send the buffered rows to the shard as one record batch."""
+        if self._rows:
+            batch = to_record_batch(self._rows)
+            self._rows, self._buffered_bytes = [], 0
+            self._write(batch)
+
+    def _write(self, batch: pa.RecordBatch) -> None:
+        if self._closed:
+            raise StoreError(f"{self.dir}: writer is closed")
+        room = self.options.rows_per_shard - self._shard_rows
+        if batch.num_rows > room:  # rows_per_shard is a hard cap: split the batch across shards
+            self._write(batch.slice(0, room))
+            self._write(batch.slice(room))
+            return
+        if batch.num_rows == 0:
+            return
+        if self._ipc is None:
+            self._open_shard()
+        self._ipc.write_batch(batch.replace_schema_metadata(self._schema.metadata))
+        self._shard_rows += batch.num_rows
+        self.rows_written += batch.num_rows
+        lo, hi = collected_range(batch)
+        self._shard_range = (
+            [min(self._shard_range[0], lo), max(self._shard_range[1], hi)] if self._shard_range else [lo, hi]
+        )
+        if self._shard_rows >= self.options.rows_per_shard or self._sink.tell() >= self.options.bytes_per_shard:
+            self._finish_shard()
+
+    # -- shard life cycle --------------------------------------------------------------------
+    @property
+    def _shard_name(self) -> str:
+        return part_name(self._next_index)
+
+    def _open_shard(self) -> None:
+        partial = f"{self.dir}/{self._shard_name}{PARTIAL_SUFFIX}"
+        self._sink = self.sfs.fs.open_output_stream(partial)  # unbuffered: each batch reaches the kernel
+        self._ipc = ipc.new_file(self._sink, self._schema, options=self._ipc_options)
+
+    def _finish_shard(self) -> None:
+        name = self._shard_name
+        partial = f"{self.dir}/{name}{PARTIAL_SUFFIX}"
+        final = f"{self.dir}/{name}"
+        self._ipc.close()
+        self._sink.close()
+        self._ipc = self._sink = None
+        self.sfs.fsync(partial)
+        sha = file_sha256(self.sfs, partial)
+        size = self.sfs.info(partial).size
+        self.sfs.move(partial, final)
+        self.sfs.fsync_dir(self.dir)
+        lo, hi = self._shard_range
+        self.manifest.shards.append(ShardEntry(name, self._shard_rows, size, sha, current_version(), lo, hi))
+        self.manifest.save(self.sfs, self.dir)
+        self._next_index += 1
+        self._shard_rows, self._shard_range = 0, []
+
+    def close(self) -> None:
+        """Flush, finalise the open shard, mark the run closed and release the lock. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+            if self._ipc is not None:
+                self._finish_shard()
+            self.manifest.closed = True
+            self.manifest.save(self.sfs, self.dir)
+        finally:
+            self._closed = True
+            self._exit.close()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StoreWriter:
+    """Writes one run's transitions, routed to a ``ShardWriter`` per domain."""
+
+    def __init__(self, store: str | StoreFS, run_id: str, options: WriterOptions | None = None) -> None:
+        self.sfs = store if isinstance(store, StoreFS) else StoreFS.open(store)
+        self.run_id = run_id
+        self.options = options or WriterOptions()
+        self._writers: dict[str, ShardWriter] = {}
+
+    def writer(self, domain: str) -> ShardWriter:
+        if domain not in self._writers:
+            self._writers[domain] = ShardWriter(self.sfs, domain, self.run_id, self.options)
+        return self._writers[domain]
+
+    def write(self, transition: Transition) -> None:
+        self.writer(transition.domain).write(transition)
+
+    def write_many(self, transitions: Iterable[Transition]) -> None:
+        for t in transitions:
+            self.write(t)
+
+    @property
+    def rows_written(self) -> int:
+        return sum(w.rows_written for w in self._writers.values())
+
+    def close(self) -> None:
+        errors = []
+        for w in self._writers.values():
+            try:
+                w.close()
+            except Exception as exc:  # close every domain even if one fails
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""sandboxes of trajforge."""

@@ -1,0 +1,61 @@
+"""The one error base of trajforge and its typed infrastructure errors.
+
+Agent mistakes are data (``Transition.action_error``); everything here is a fault of
+input or infrastructure. The CLI prints ``str(error)`` as one line and exits 2, so each
+message names the file, field or value at fault.
+"""
+
+from __future__ import annotations
+
+
+class TrajforgeError(Exception):
+    """Base of every error trajforge raises on purpose."""
+
+
+class SchemaError(TrajforgeError, ValueError):
+    """A record or an Arrow schema does not match the transition schema."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class ShardError(TrajforgeError):
+    """A shard file is unreadable, foreign, truncated or does not match its manifest."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class StoreError(TrajforgeError):
+    """A store, run folder or manifest is missing, locked or inconsistent."""
+
+
+class QueryError(TrajforgeError):
+    """A query was refused (not read-only) or failed."""
+
+
+class ConfigError(TrajforgeError):
+    """A config file has an unknown key, a wrong type or an impossible value."""
+
+
+class MissingExtraError(TrajforgeError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    def __init__(self, module: str, extra: str) -> None:
+        super().__init__(
+            f"{module} is not installed: pip install 'trajforge[{extra}]' (or make install EXTRAS={extra})"
+        )
+
+
+def require(module: str, extra: str):
+    """Import an optional dependency, or raise an error naming the extra that provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(module, extra) from exc

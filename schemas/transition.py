@@ -1,0 +1,296 @@
+"""The one record type: a (state, action, next_state) transition and its parts.
+
+Every stage of trajforge takes and returns ``Transition``. Records are frozen; cheap
+invariants are checked at construction, the expensive ones (hashes, ids) by
+``schemas.validate``. Build new records with ``Transition.create``, which derives the
+deterministic ``transition_id`` and the ``content_hash``::
+
+    t = Transition.create(
+        trajectory_id="traj-1", step=0, domain="terminal", env_id="bash", task_id="ls",
+        state=Observation(text="$ "), action=Action.make("run", command="ls"),
+        next_state=Observation(text="a.txt\\n$ "), provenance=Provenance(run_id="r1"),
+    )
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from schemas.errors import SchemaError
+
+
+class Domain(StrEnum):
+    MCP = "mcp"
+    SEARCH = "search"
+    TERMINAL = "terminal"
+    SWE = "swe"
+    WEB = "web"
+    OS = "os"
+    ANDROID = "android"
+
+
+DOMAINS: tuple[str, ...] = tuple(d.value for d in Domain)
+
+#: How an observation's text is rendered; a world model is told the format.
+FORMATS: frozenset[str] = frozenset(
+    {
+        "text",
+        "terminal",
+        "file_tree",
+        "file_view",
+        "diff",
+        "json",
+        "a11y_tree",
+        "html",
+        "uiautomator_xml",
+        "search_results",
+        "markdown",
+    }
+)
+
+#: Kinds of run-time noise a collector marks in an observation's text.
+VOLATILE_KINDS: frozenset[str] = frozenset(
+    {"timestamp", "pid", "temp_path", "uuid", "duration", "port", "hex_id", "other"}
+)
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON spelling of a value: sorted keys, no spaces, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class VolatileSpan:
+    """Characters ``[start, end)`` of an observation's text that vary between runs."""
+
+    start: int
+    end: int
+    kind: str
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end:
+            raise SchemaError("volatile_spans", f"bad span [{self.start}, {self.end})")
+        if self.kind not in VOLATILE_KINDS:
+            raise SchemaError("volatile_spans.kind", f"unknown kind {self.kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the environment shows: ``text`` is what a world model learns to predict.
+
+    ``extra`` is a JSON object string for domain fields (cwd, url, exit_code, ...);
+    ``volatile_spans`` mark run-time noise in ``text`` for masking in curation and eval.
+    """
+
+    text: str
+    format: str = "text"
+    screenshot_png: bytes | None = None
+    extra: str = "{}"
+    truncated: bool = False
+    volatile_spans: tuple[VolatileSpan, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise SchemaError("text", f"expected str, got {type(self.text).__name__}")
+        if self.format not in FORMATS:
+            raise SchemaError("format", f"unknown format {self.format!r} (known: {', '.join(sorted(FORMATS))})")
+        if not isinstance(self.volatile_spans, tuple):
+            object.__setattr__(self, "volatile_spans", tuple(self.volatile_spans))
+
+    @classmethod
+    def make(
+        cls,
+        text: str,
+        format: str = "text",
+        *,
+        extra: dict[str, Any] | None = None,
+        spans: list[VolatileSpan] | tuple[VolatileSpan, ...] = (),
+        truncated: bool = False,
+        screenshot_png: bytes | None = None,
+    ) -> Observation:
+        return cls(text, format, screenshot_png, canonical_json(extra or {}), truncated, tuple(spans))
+
+    @property
+    def extra_dict(self) -> dict[str, Any]:
+        return json.loads(self.extra)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """An agent's action: ``canonical`` is the same string for the same action, always."""
+
+    kind: str
+    canonical: str
+    raw: str = ""
+
+    @classmethod
+    def make(cls, kind: str, raw: str | None = None, **args: Any) -> Action:
+        canonical = canonical_json({"kind": kind, **args})
+        return cls(kind, canonical, canonical if raw is None else raw)
+
+    @property
+    def args(self) -> dict[str, Any]:
+        body = json.loads(self.canonical)
+        body.pop("kind", None)
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a transition came from, enough to reproduce or exclude it."""
+
+    run_id: str
+    collector: str = "unknown"
+    collector_version: str = "0"
+    sandbox_backend: str = "none"
+    image_digest: str | None = None
+    seed: int | None = None
+    policy: str = "unknown"
+    model: str | None = None
+    job_id: str = ""
+    collected_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    simulated: bool = False
+    extra: str = "{}"
+
+    def __post_init__(self) -> None:
+        if self.collected_at.tzinfo is None:
+            raise SchemaError("provenance.collected_at", "must be timezone-aware (UTC)")
+        if self.collected_at.utcoffset():
+            object.__setattr__(self, "collected_at", self.collected_at.astimezone(UTC))
+
+
+_SPACE_TAIL = re.compile(r"[ \t]+$", re.MULTILINE)
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def mask_volatile(text: str, spans: tuple[VolatileSpan, ...] | list[VolatileSpan]) -> str:
+    """Replace each volatile span by ``<kind>`` so reruns of the same step compare equal."""
+    if not spans:
+        return text
+    out, pos = [], 0
+    for span in sorted(spans, key=lambda s: s.start):
+        if span.start < pos:  # overlapping spans: the earlier one already covers it
+            continue
+        out.append(text[pos : span.start])
+        out.append(f"<{span.kind}>")
+        pos = span.end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def normalise_text(text: str) -> str:
+    """Hash-only normal form: ANSI codes gone, LF line ends, no trailing blanks."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if " \n" in text or "\t\n" in text or text.endswith((" ", "\t")):
+        text = _SPACE_TAIL.sub("", text)
+    return text
+
+
+def content_hash(state: Observation, action: Action, next_state: Observation) -> str:
+    """blake2b-128 of the normalised, volatile-masked (state, action, next_state)."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (
+        normalise_text(mask_volatile(state.text, state.volatile_spans)),
+        action.canonical,
+        normalise_text(mask_volatile(next_state.text, next_state.volatile_spans)),
+    ):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def transition_id(trajectory_id: str, step: int) -> str:
+    return hashlib.blake2b(f"{trajectory_id}\x00{step}".encode(), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One step of one trajectory: state, action, the environment's next state, outcome."""
+
+    transition_id: str
+    trajectory_id: str
+    step: int
+    domain: str
+    env_id: str
+    task_id: str
+    instruction: str | None
+    state: Observation
+    action: Action
+    next_state: Observation
+    reward: float | None
+    terminated: bool
+    truncated: bool
+    action_error: str | None
+    action_ms: float
+    observe_ms: float
+    settle_ms: float
+    provenance: Provenance
+    content_hash: str
+
+    def __post_init__(self) -> None:
+        if self.domain not in DOMAINS:
+            raise SchemaError("domain", f"unknown domain {self.domain!r} (expected one of {', '.join(DOMAINS)})")
+        if not isinstance(self.step, int) or self.step < 0:
+            raise SchemaError("step", f"must be an int >= 0, got {self.step!r}")
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        trajectory_id: str,
+        step: int,
+        domain: str,
+        env_id: str,
+        task_id: str,
+        state: Observation,
+        action: Action,
+        next_state: Observation,
+        provenance: Provenance,
+        instruction: str | None = None,
+        reward: float | None = None,
+        terminated: bool = False,
+        truncated: bool = False,
+        action_error: str | None = None,
+        action_ms: float = 0.0,
+        observe_ms: float = 0.0,
+        settle_ms: float = 0.0,
+    ) -> Transition:
+        return cls(
+            transition_id=transition_id(trajectory_id, step),
+            trajectory_id=trajectory_id,
+            step=step,
+            domain=str(domain),
+            env_id=env_id,
+            task_id=task_id,
+            instruction=instruction,
+            state=state,
+            action=action,
+            next_state=next_state,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            action_error=action_error,
+            action_ms=action_ms,
+            observe_ms=observe_ms,
+            settle_ms=settle_ms,
+            provenance=provenance,
+            content_hash=content_hash(state, action, next_state),
+        )
+
+    def evolve(self, **changes: Any) -> Transition:
+        """A copy with fields changed and the derived id and hash recomputed."""
+        t = replace(self, **changes)
+        return replace(
+            t,
+            transition_id=transition_id(t.trajectory_id, t.step),
+            content_hash=content_hash(t.state, t.action, t.next_state),
+        )

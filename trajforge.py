@@ -1,0 +1,42 @@
+"""trajforge: the one command-line front door.
+
+Each package mounts its own Typer sub-app (``collectors/cli.py``, ``pipelines/cli.py``, ...);
+this module only joins them and turns trajforge's typed errors into one-line messages.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from collectors.cli import app as collectors_app
+from pipelines.cli import app as pipelines_app
+from schemas.errors import TrajforgeError
+
+app = typer.Typer(
+    name="trajforge",
+    help="Collect, curate, release and train on agent-environment transitions.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(collectors_app)
+app.add_typer(pipelines_app)
+
+
+def main() -> None:
+    try:
+        app()
+    except TrajforgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:  # full disk, permissions, vanished paths: a line, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
