@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from pipelines.store.reader import Store
+from schemas.arrow import shard_view_sql
 from schemas.errors import QueryError
 from schemas.versions import schema_for
 
@@ -51,18 +52,16 @@ def connect(store: str | Store) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the store's views registered."""
     store = store if isinstance(store, Store) else Store(store)
     con = duckdb.connect(":memory:")
+    logical = schema_for()
     for view, kind in VIEWS.items():
-        sources = store.relations(kind)
-        if not sources:
-            con.register(view, schema_for().empty_table())
-            continue
-        if len(sources) == 1:
-            con.register(view, sources[0])
-            continue
         parts = []
-        for i, src in enumerate(sources):
-            con.register(f"_{view}_{i}", src)
-            parts.append(f"SELECT * FROM _{view}_{i}")
+        for i, rel in enumerate(store.relations(kind)):
+            name = f"_{view}_{i}"
+            con.register(name, rel.source)
+            parts.append(shard_view_sql(logical, name) if rel.on_disk_layout else f"SELECT * FROM {name}")
+        if not parts:
+            con.register(f"_{view}_empty", logical.empty_table())
+            parts.append(f"SELECT * FROM _{view}_empty")
         con.execute(f"CREATE TEMP VIEW {view} AS " + " UNION ALL ".join(parts))
     con.execute("SET TimeZone = 'UTC'")  # days and hours in results are UTC, as stored
     con.execute("SET lock_configuration = true")

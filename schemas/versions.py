@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from schemas.arrow import TRANSITION_SCHEMA_V1
+from schemas.arrow import TRANSITION_SCHEMA_V1, shard_schema_of
 from schemas.errors import SchemaError
 
 METADATA_KEY = b"trajforge.schema_version"
@@ -47,6 +47,11 @@ def schema_for(version: int | None = None) -> pa.Schema:
     return _SCHEMAS[version].with_metadata({METADATA_KEY: str(version).encode(), KIND_KEY: b"transitions"})
 
 
+def shard_schema_for(version: int | None = None) -> pa.Schema:
+    """The on-disk layout of ``version`` (see ``schemas.arrow.to_shard``)."""
+    return shard_schema_of(schema_for(version))
+
+
 def register_version(version: int, schema: pa.Schema, migrate_from_previous: Migration) -> None:
     """Add schema ``version`` with the function that lifts a ``version - 1`` batch to it."""
     if version != current_version() + 1:
@@ -73,9 +78,9 @@ def version_of(schema: pa.Schema) -> int | None:
         raise SchemaError("schema_version", f"metadata value {raw!r} is not an integer") from None
 
 
-def schema_problem(schema: pa.Schema, version: int) -> str | None:
-    """Why ``schema`` is not the schema of ``version``, or None when it is."""
-    expected = schema_for(version)
+def schema_problem(schema: pa.Schema, version: int, *, shard: bool = False) -> str | None:
+    """Why ``schema`` is not the (logical, or with ``shard`` on-disk) schema of ``version``."""
+    expected = shard_schema_for(version) if shard else schema_for(version)
     if schema.equals(expected, check_metadata=False):
         return None
     got = {f.name: f for f in schema}

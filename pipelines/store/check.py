@@ -17,9 +17,10 @@ from pipelines.store.fs import StoreFS
 from pipelines.store.layout import is_part_name, run_dirs
 from pipelines.store.manifest import MANIFEST, RunManifest, ShardEntry
 from pipelines.store.shards import PARTIAL_SUFFIX, file_sha256, open_shard
+from schemas.arrow import from_shard
 from schemas.errors import ShardError, StoreError
 from schemas.validate import batch_problems
-from schemas.versions import migrate
+from schemas.versions import migrate, schema_for
 
 TREES = ("raw",)
 
@@ -47,7 +48,7 @@ def check_shard(sfs: StoreFS, path: str, entry: ShardEntry | None, report: Check
                 raise ShardError(path, f"corrupt record batch {i} ({str(exc).splitlines()[0][:120]})") from None
             rows += batch.num_rows
             if deep:
-                for row, problem in batch_problems(migrate(batch, version)):
+                for row, problem in batch_problems(migrate(from_shard(batch, schema_for(version)), version)):
                     report.problems.append(f"{path}: row {rows - batch.num_rows + row}: {problem}")
         if entry is not None:
             if entry.rows != rows:

@@ -20,10 +20,10 @@ from pipelines.store.fs import StoreFS
 from pipelines.store.layout import Run, list_runs
 from pipelines.store.manifest import ShardEntry
 from pipelines.store.shards import open_shard, read_shard
-from schemas.arrow import from_record_batch
+from schemas.arrow import from_record_batch, from_shard
 from schemas.errors import ShardError, StoreError
 from schemas.transition import Transition
-from schemas.versions import current_version, migrate, schema_for
+from schemas.versions import current_version, migrate, schema_for, shard_schema_for
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,14 @@ class Shard:
     @property
     def path(self) -> str:
         return f"{self.run.dir}/{self.entry.path}"
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A lazy source for DuckDB; ``on_disk_layout`` sources need ``shard_view_sql`` on top."""
+
+    source: pads.Dataset | pa.RecordBatchReader
+    on_disk_layout: bool
 
 
 def _warn(message: str) -> None:
@@ -80,22 +88,24 @@ class Store:
         for batch in self.iter_batches(kind):
             yield from from_record_batch(batch)
 
-    def relations(self, kind: str = "raw") -> list[pads.Dataset | pa.RecordBatchReader]:
-        """Lazy sources covering every readable shard: one dataset per schema version.
+    def relations(self, kind: str = "raw") -> list[Relation]:
+        """Lazy sources covering every readable shard, one per schema version.
 
-        Current-version shards form a pyarrow dataset (DuckDB pushes projections and
-        filters into it); each older version is a stream of migrated batches.
+        Current-version shards form a pyarrow dataset in the on-disk layout (DuckDB
+        pushes projections and filters into it, under a view giving the logical layout);
+        each older version is a stream of batches lifted to the current logical schema.
         """
         by_version: dict[int, list[str]] = {}
         for shard in self.readable_shards(kind):
             by_version.setdefault(shard.entry.schema_version, []).append(shard.path)
         cur = current_version()
-        sources: list[pads.Dataset | pa.RecordBatchReader] = []
+        sources: list[Relation] = []
         for version, paths in sorted(by_version.items(), reverse=True):
-            ds = pads.dataset(paths, schema=schema_for(version), format="ipc", filesystem=self.sfs.fs)
+            ds = pads.dataset(paths, schema=shard_schema_for(version), format="ipc", filesystem=self.sfs.fs)
             if version == cur:
-                sources.append(ds)
+                sources.append(Relation(ds, on_disk_layout=True))
             else:
-                batches = (migrate(b, version) for b in ds.to_batches())
-                sources.append(pa.RecordBatchReader.from_batches(schema_for(cur), batches))
+                logical = schema_for(version)
+                batches = (migrate(from_shard(b, logical), version) for b in ds.to_batches())
+                sources.append(Relation(pa.RecordBatchReader.from_batches(schema_for(cur), batches), False))
         return sources

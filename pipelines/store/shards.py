@@ -15,8 +15,9 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from pipelines.store.fs import StoreFS
+from schemas.arrow import from_shard
 from schemas.errors import SchemaError, ShardError
-from schemas.versions import migrate, schema_problem, version_of
+from schemas.versions import migrate, schema_for, schema_problem, version_of
 
 ARROW_MAGIC = b"ARROW1"
 SHARD_SUFFIX = ".arrow"
@@ -50,7 +51,7 @@ def open_shard(sfs: StoreFS, path: str) -> tuple[ipc.RecordBatchFileReader, int]
     if version is None:
         raise ShardError(path, "foreign Arrow file: no trajforge.schema_version in its metadata")
     try:
-        problem = schema_problem(reader.schema, version)
+        problem = schema_problem(reader.schema, version, shard=True)
     except SchemaError as exc:
         raise ShardError(path, str(exc)) from None
     if problem:
@@ -59,7 +60,7 @@ def open_shard(sfs: StoreFS, path: str) -> tuple[ipc.RecordBatchFileReader, int]
 
 
 def read_shard(sfs: StoreFS, path: str, *, migrate_to: int | None = None) -> Iterator[pa.RecordBatch]:
-    """Record batches of a shard, lifted to the current schema version (or ``migrate_to``)."""
+    """Logical record batches of a shard, lifted to the current schema version (or ``migrate_to``)."""
     reader, version = open_shard(sfs, path)
     for i in range(reader.num_record_batches):
         try:
@@ -67,7 +68,7 @@ def read_shard(sfs: StoreFS, path: str, *, migrate_to: int | None = None) -> Ite
             batch.validate(full=False)
         except (OSError, pa.ArrowException) as exc:
             raise ShardError(path, f"corrupt record batch {i} ({_describe(exc)})") from None
-        yield migrate(batch, version, migrate_to)
+        yield migrate(from_shard(batch, schema_for(version)), version, migrate_to)
 
 
 def salvage_partial(sfs: StoreFS, path: str) -> tuple[pa.Schema | None, list[pa.RecordBatch]]:

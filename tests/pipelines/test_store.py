@@ -17,7 +17,8 @@ from pipelines.store import ShardWriter, Store, StoreWriter, WriterOptions, repa
 from pipelines.store.check import check_path
 from pipelines.store.manifest import RunManifest
 from schemas import StoreError, from_record_batch, to_record_batch
-from schemas.versions import schema_for
+from schemas.arrow import to_shard
+from schemas.versions import schema_for, shard_schema_for
 from tests.conftest import cli, make_transitions
 
 
@@ -45,12 +46,13 @@ def test_write_and_read_back_everything(store, transitions):
 
 def test_rolls_by_bytes_and_compresses(tmp_path):
     ts = make_transitions(200, min_obs_bytes=2000, max_obs_bytes=4000)
-    with StoreWriter(str(tmp_path / "s"), "synth-s0", WriterOptions(rows_per_batch=10, bytes_per_shard=40_000)) as w:
+    with StoreWriter(str(tmp_path / "s"), "synth-s0", WriterOptions(rows_per_batch=10, bytes_per_shard=15_000)) as w:
         w.write_many(ts)
-    run = Store(tmp_path / "s").runs()[0]
-    assert len(run.manifest.shards) > 1
-    raw = sum(len(t.state.text) + len(t.next_state.text) for t in ts if t.domain == run.domain)
-    assert run.manifest.bytes < raw / 2  # zstd buffers
+    for run in Store(tmp_path / "s").runs():
+        assert len(run.manifest.shards) > 1
+        assert all(e.bytes >= 15_000 for e in run.manifest.shards[:-1])  # rolled once over the cap
+        raw = sum(len(t.state.text) + len(t.next_state.text) for t in ts if t.domain == run.domain)
+        assert run.manifest.bytes < raw / 2  # zstd, with each state stored beside its previous next_state
 
 
 def test_writer_refuses_wrong_domain_run_and_options(tmp_path, transitions):
@@ -153,9 +155,9 @@ def test_repair_keeps_whole_batches_of_a_torn_partial(tmp_path, transitions):
     rows = [t for t in make_transitions(60, domains=("terminal",), run_id="r")]
     path = run_dir / "part-00000.arrow.partial"
     with open(path, "wb") as f:
-        w = ipc.new_file(f, schema_for(), options=ipc.IpcWriteOptions(compression="zstd"))
+        w = ipc.new_file(f, shard_schema_for(), options=ipc.IpcWriteOptions(compression="zstd"))
         for i in range(0, 60, 20):
-            w.write_batch(to_record_batch(rows[i : i + 20]))
+            w.write_batch(to_shard(to_record_batch(rows[i : i + 20])))
         f.flush()
         size = f.tell()
     with open(path, "r+b") as f:
