@@ -16,7 +16,6 @@ import io
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
@@ -111,7 +110,9 @@ def writer_only(store: str, n: int) -> None:
     with StoreWriter(store, "bench") as w:
         for chunk in chunks(n, seed=1):
             w.write_many(chunk)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3)
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent across exec
+    with open("/proc/self/status") as f:
+        print(next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:")) / 1e3)
 
 
 def median_time(fn, repeats: int = 3) -> float:
@@ -222,25 +223,52 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(child_store)
 
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    print(f"""
-### Store: {n:,} transitions ({datetime.now(UTC):%Y-%m-%d}, {cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM)
-Python {platform.python_version()}, pyarrow {pa.__version__}, duckdb {duckdb.__version__}, zstandard {zstandard.__version__}.
-Synthetic records from `collectors/synth.py` (seed 0, 5% duplicate trajectories), mean observation
-{jsonl_bytes / n / 2 / 1000:.1f} KB of JSON per observation; generation time ({t_gen:.0f} s) is excluded.
-
-| measure | trajforge store | baseline | ratio |
-|---|---|---|---|
-| write throughput (transitions/s) | {n / t_arrow:,.0f} | JSONL + zstd-3 (all cores): {n / t_jsonl:,.0f} | {t_jsonl / t_arrow:.2f}x faster |
-| bytes per transition | {arrow_bytes / n:,.0f} | JSONL: {jsonl_bytes / n:,.0f}; JSONL.zst: {zst_bytes / n:,.0f}; Parquet zstd: {parquet_bytes / n:,.0f} | {arrow_bytes / zst_bytes:.2f}x JSONL.zst, {arrow_bytes / jsonl_bytes:.3f}x JSONL |
-| read throughput, Arrow batches (transitions/s) | {n / t_read_arrow:,.0f} | JSONL.zst + json.loads: {n / t_read_jsonl:,.0f} | {t_read_jsonl / t_read_arrow:.1f}x faster |
-| read to `Transition` objects (transitions/s) | {1 / t_read_objs:,.0f} | | |
-| `{QUERY}` (median of 3) | {t_query:.2f} s via `trajforge query` | DuckDB on native Parquet: {t_parquet:.2f} s | {t_query / t_parquet:.2f}x its time |
-
-Writer memory (it streams): resident MB in the benchmark process at
-{", ".join(f"{d:,} rows: {m:.0f}" for d, m in rss_points)}; peak RSS of a writer-only process
-(generation + writer) {", ".join(f"N={s:,}: {m:.0f} MB" for s, m in peak)}.
-""")
+    with open("/proc/cpuinfo") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+    versions = f"pyarrow {pa.__version__}, duckdb {duckdb.__version__}, zstandard {zstandard.__version__}"
+    rows = [
+        (
+            "write throughput (transitions/s)",
+            f"{n / t_arrow:,.0f}",
+            f"JSONL + zstd-3 (all cores): {n / t_jsonl:,.0f}",
+            f"{t_jsonl / t_arrow:.2f}x faster",
+        ),
+        (
+            "bytes per transition",
+            f"{arrow_bytes / n:,.0f}",
+            f"JSONL: {jsonl_bytes / n:,.0f}; JSONL.zst: {zst_bytes / n:,.0f}; Parquet zstd: {parquet_bytes / n:,.0f}",
+            f"{arrow_bytes / zst_bytes:.2f}x JSONL.zst, {arrow_bytes / jsonl_bytes:.3f}x JSONL",
+        ),
+        (
+            "read throughput, Arrow batches (transitions/s)",
+            f"{n / t_read_arrow:,.0f}",
+            f"JSONL.zst + json.loads: {n / t_read_jsonl:,.0f}",
+            f"{t_read_jsonl / t_read_arrow:.1f}x faster",
+        ),
+        ("read to `Transition` objects (transitions/s)", f"{1 / t_read_objs:,.0f}", "", ""),
+        (
+            f"`{QUERY}` (median of 3)",
+            f"{t_query:.2f} s via `trajforge query`",
+            f"DuckDB on native Parquet: {t_parquet:.2f} s",
+            f"{t_query / t_parquet:.2f}x its time",
+        ),
+    ]
+    print(
+        f"\n### Store: {n:,} transitions ({datetime.now(UTC):%Y-%m-%d}, {cpu}, {os.cpu_count()} cores, {mem:.0f} GiB)"
+    )
+    print(f"Python {platform.python_version()}, {versions}. Synthetic records (`collectors/synth.py`, seed 0,")
+    print(f"5% duplicate trajectories), {jsonl_bytes / n / 2 / 1000:.1f} KB of JSON per observation on average;")
+    print(f"generation ({t_gen:.0f} s) is not timed.\n")
+    print("| measure | trajforge store | baseline | ratio |\n|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(
+        "\nWriter memory (it streams): resident MB of the benchmark process at "
+        + ", ".join(f"{d:,} rows: {m:.0f}" for d, m in rss_points)
+        + "; peak RSS of a writer-only process (generation + writer): "
+        + ", ".join(f"N={s:,}: {m:.0f} MB" for s, m in peak)
+        + "."
+    )
     shutil.rmtree(work, ignore_errors=True)
 
 

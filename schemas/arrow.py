@@ -7,6 +7,8 @@ keeps writing fast; reading back builds the frozen dataclasses from the columns.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
+from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
@@ -79,23 +81,28 @@ TRANSITION_SCHEMA_V1 = pa.schema(
 
 _SCALARS = [f.name for f in TRANSITION_SCHEMA_V1 if not pa.types.is_struct(f.type)]
 _OBS_SCALARS = ["text", "format", "screenshot_png", "extra", "truncated"]
-_PROV_FIELDS = [f.name for f in PROVENANCE_TYPE]
 
 
-def _struct(values: dict[str, list[Any]], type_: pa.StructType) -> pa.StructArray:
-    arrays = [pa.array(values[f.name], type=f.type) for f in type_]
+def _columns(objects: Sequence[Any], names: list[str]) -> list[tuple[Any, ...]]:
+    """One tuple of values per attribute name (attrgetter + zip: no per-value Python call)."""
+    if not objects:
+        return [() for _ in names]
+    if len(names) == 1:
+        return [tuple(map(attrgetter(names[0]), objects))]
+    return list(zip(*map(attrgetter(*names), objects), strict=True))
+
+
+def _struct(objects: Sequence[Any], type_: pa.StructType) -> pa.StructArray:
+    names = [f.name for f in type_]
+    arrays = [pa.array(values, type=f.type) for values, f in zip(_columns(objects, names), type_, strict=True)]
     return pa.StructArray.from_arrays(arrays, fields=list(type_))
 
 
 def _observations(observations: Sequence[Observation]) -> pa.StructArray:
-    cols: dict[str, list[Any]] = {name: [getattr(o, name) for o in observations] for name in _OBS_SCALARS}
-    offsets, starts, ends, kinds = [0], [], [], []
-    for o in observations:
-        for s in o.volatile_spans:
-            starts.append(s.start)
-            ends.append(s.end)
-            kinds.append(s.kind)
-        offsets.append(len(starts))
+    cols = dict(zip(_OBS_SCALARS, _columns(observations, _OBS_SCALARS), strict=True))
+    all_spans = [s for o in observations for s in o.volatile_spans]
+    offsets = [0, *accumulate(len(o.volatile_spans) for o in observations)]
+    starts, ends, kinds = _columns(all_spans, ["start", "end", "kind"])
     spans = pa.StructArray.from_arrays(
         [pa.array(starts, pa.int32()), pa.array(ends, pa.int32()), pa.array(kinds, pa.string())],
         fields=list(SPAN_TYPE),
@@ -106,19 +113,39 @@ def _observations(observations: Sequence[Observation]) -> pa.StructArray:
     return pa.StructArray.from_arrays(arrays, fields=list(OBSERVATION_TYPE))
 
 
+def _unique_observations(transitions: Sequence[Transition]) -> tuple[pa.StructArray, list[int], list[int]]:
+    """Each distinct Observation object converted once (a trajectory's state is usually the
+    very object that was the previous next_state), and the state / next_state positions."""
+    index: dict[int, int] = {}
+    unique: list[Observation] = []
+    sides: tuple[list[int], list[int]] = ([], [])
+    for t in transitions:
+        for obs, positions in ((t.state, sides[0]), (t.next_state, sides[1])):
+            i = index.get(id(obs))
+            if i is None:
+                i = index[id(obs)] = len(unique)
+                unique.append(obs)
+            positions.append(i)
+    return _observations(unique), sides[0], sides[1]
+
+
+def _row_columns(transitions: Sequence[Transition]) -> dict[str, pa.Array]:
+    """Every column but the two observations."""
+    columns = {
+        name: pa.array(values, type=TRANSITION_SCHEMA_V1.field(name).type)
+        for name, values in zip(_SCALARS, _columns(transitions, _SCALARS), strict=True)
+    }
+    columns["action"] = _struct([t.action for t in transitions], ACTION_TYPE)
+    columns["provenance"] = _struct([t.provenance for t in transitions], PROVENANCE_TYPE)
+    return columns
+
+
 def to_record_batch(transitions: Sequence[Transition]) -> pa.RecordBatch:
     """Transitions to one record batch of ``TRANSITION_SCHEMA_V1`` (without metadata)."""
-    columns: dict[str, pa.Array] = {}
-    for name in _SCALARS:
-        columns[name] = pa.array([getattr(t, name) for t in transitions], type=TRANSITION_SCHEMA_V1.field(name).type)
-    columns["state"] = _observations([t.state for t in transitions])
-    columns["next_state"] = _observations([t.next_state for t in transitions])
-    actions = [t.action for t in transitions]
-    columns["action"] = _struct(
-        {n: [getattr(a, n) for a in actions] for n in ("kind", "canonical", "raw")}, ACTION_TYPE
-    )
-    provs = [t.provenance for t in transitions]
-    columns["provenance"] = _struct({n: [getattr(p, n) for p in provs] for n in _PROV_FIELDS}, PROVENANCE_TYPE)
+    columns = _row_columns(transitions)
+    observations, state, next_state = _unique_observations(transitions)
+    columns["state"] = observations.take(pa.array(state, pa.int32()))
+    columns["next_state"] = observations.take(pa.array(next_state, pa.int32()))
     return pa.RecordBatch.from_arrays([columns[f.name] for f in TRANSITION_SCHEMA_V1], schema=TRANSITION_SCHEMA_V1)
 
 
@@ -180,6 +207,24 @@ def shard_schema_of(logical: pa.Schema) -> pa.Schema:
         item = obs.field(child)
         fields.append(pa.field(column, pa.list_(pa.field("item", item.type, item.nullable)), False))
     return pa.schema(fields, metadata=logical.metadata)
+
+
+def to_shard_batch(transitions: Sequence[Transition]) -> pa.RecordBatch:
+    """Transitions straight to the on-disk layout of v1 (what ``to_shard(to_record_batch(...))``
+    gives, with each observation's text copied once instead of three times)."""
+    target = shard_schema_of(TRANSITION_SCHEMA_V1)
+    columns = _row_columns(transitions)
+    observations, state, next_state = _unique_observations(transitions)
+    kept = target.field("state").type
+    small = pa.StructArray.from_arrays([observations.field(c.name) for c in kept], fields=list(kept))
+    columns["state"] = small.take(pa.array(state, pa.int32()))
+    columns["next_state"] = small.take(pa.array(next_state, pa.int32()))
+    pairs = pa.array([i for both in zip(state, next_state, strict=True) for i in both], pa.int32())
+    offsets = pa.array(range(0, 2 * len(transitions) + 1, 2), pa.int32())
+    for child, column in _MOVED.items():
+        values = observations.field(child).take(pairs)
+        columns[column] = pa.ListArray.from_arrays(offsets, values, type=target.field(column).type)
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in target], schema=target)
 
 
 def _pairs(first: pa.Array, second: pa.Array, type_: pa.DataType) -> pa.ListArray:

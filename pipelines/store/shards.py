@@ -59,15 +59,21 @@ def open_shard(sfs: StoreFS, path: str) -> tuple[ipc.RecordBatchFileReader, int]
     return reader, version
 
 
-def read_shard(sfs: StoreFS, path: str, *, migrate_to: int | None = None) -> Iterator[pa.RecordBatch]:
-    """Logical record batches of a shard, lifted to the current schema version (or ``migrate_to``)."""
+def stored_batches(sfs: StoreFS, path: str, *, full_check: bool = False) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(schema version, record batch in the on-disk layout) for each batch of a shard."""
     reader, version = open_shard(sfs, path)
     for i in range(reader.num_record_batches):
         try:
             batch = reader.get_batch(i)
-            batch.validate(full=False)
+            batch.validate(full=full_check)
         except (OSError, pa.ArrowException) as exc:
             raise ShardError(path, f"corrupt record batch {i} ({_describe(exc)})") from None
+        yield version, batch
+
+
+def read_shard(sfs: StoreFS, path: str, *, migrate_to: int | None = None) -> Iterator[pa.RecordBatch]:
+    """Logical record batches of a shard, lifted to the current schema version (or ``migrate_to``)."""
+    for version, batch in stored_batches(sfs, path):
         yield migrate(from_shard(batch, schema_for(version)), version, migrate_to)
 
 

@@ -27,7 +27,7 @@ from pipelines.store.layout import parse_part_index, part_name, run_dir
 from pipelines.store.manifest import LOCK, ShardEntry
 from pipelines.store.repair import repair_run_locked
 from pipelines.store.shards import PARTIAL_SUFFIX, collected_range, file_sha256
-from schemas.arrow import to_record_batch, to_shard
+from schemas.arrow import to_shard, to_shard_batch
 from schemas.errors import SchemaError, StoreError
 from schemas.transition import DOMAINS, Transition
 from schemas.versions import current_version, schema_problem, shard_schema_for
@@ -111,16 +111,17 @@ class ShardWriter:
         if problem:
             raise SchemaError("batch", problem)
         self.flush()
-        self._write(batch)
+        self._write(to_shard(batch))
 
     def flush(self) -> None:
         """Send the buffered rows to the shard as one record batch."""
         if self._rows:
-            batch = to_record_batch(self._rows)
+            batch = to_shard_batch(self._rows)
             self._rows, self._buffered_bytes = [], 0
             self._write(batch)
 
     def _write(self, batch: pa.RecordBatch) -> None:
+        """Append a record batch in the on-disk layout, rolling shards at the caps."""
         if self._closed:
             raise StoreError(f"{self.dir}: writer is closed")
         room = self.options.rows_per_shard - self._shard_rows
@@ -132,7 +133,7 @@ class ShardWriter:
             return
         if self._ipc is None:
             self._open_shard()
-        self._ipc.write_batch(to_shard(batch).replace_schema_metadata(self._schema.metadata))
+        self._ipc.write_batch(batch.replace_schema_metadata(self._schema.metadata))
         self._shard_rows += batch.num_rows
         self.rows_written += batch.num_rows
         lo, hi = collected_range(batch)
