@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= dev
 STORE ?= demo-store
 
-.PHONY: install demo test lint bench-store clean
+.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -16,13 +16,23 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml
 
 install: $(VENV)/.installed-$(EXTRAS)
 
+# Debian packages (podman, runc, debootstrap, bubblewrap, tmux): needs root or sudo.
+system-deps:
+	bash scripts/install-system-deps.sh
+
+# The Podman service (Docker API) and the sandbox root and images, cached between runs.
+sandboxes: install system-deps
+	$(VENV)/bin/trajforge sandboxes engine start
+	$(VENV)/bin/trajforge sandboxes build
+	$(VENV)/bin/trajforge sandboxes gc
+
 demo: install
 	rm -rf $(STORE)
 	$(VENV)/bin/trajforge synth $(STORE) --transitions 2000 --seed 1 --duplicates 0.1
 	$(VENV)/bin/trajforge shards validate $(STORE)
 	$(VENV)/bin/trajforge query "SELECT domain, count(*) AS transitions, count(DISTINCT trajectory_id) AS trajectories, round(avg(length(next_state.text))) AS avg_next_state_chars, round(avg(CASE WHEN action_error IS NULL THEN 0 ELSE 1 END), 3) AS failed_ratio FROM transitions GROUP BY 1 ORDER BY 1" --store $(STORE)
 
-test: install
+test: install sandboxes
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests
 
@@ -31,6 +41,9 @@ lint: install
 
 bench-store: install
 	$(PY) benchmarks/store.py
+
+bench-sandboxes: sandboxes
+	$(PY) benchmarks/sandboxes.py
 
 clean:
 	rm -rf $(VENV) $(STORE) .pytest_cache

@@ -12,6 +12,7 @@ import typer
 
 from collectors.cli import app as collectors_app
 from pipelines.cli import app as pipelines_app
+from sandboxes.cli import app as sandboxes_app
 from schemas.errors import TrajforgeError
 
 app = typer.Typer(
@@ -22,6 +23,7 @@ app = typer.Typer(
 )
 app.add_typer(collectors_app)
 app.add_typer(pipelines_app)
+app.add_typer(sandboxes_app, name="sandboxes")
 
 
 def main() -> None:

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Debian packages trajforge's sandboxes need (Podman serving the Docker API, runc,
+# debootstrap for offline images, bubblewrap for the local backend, tmux for shells).
+# Idempotent and quick when everything is present; `make test` and `make demo` call it.
+set -euo pipefail
+PKGS=(podman runc debootstrap bubblewrap tmux curl ca-certificates)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "need root (or sudo) to apt-get install ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "installing Debian packages: ${missing[*]}" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
