@@ -189,18 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     for label, key in rows:
         vals = [r[key] for r in results.values()]
         ratios = [base[key] / results[b][key] for b in ("DockerSandbox", "LocalSandbox")]
-        print(
-            f"| {label} | "
-            + " | ".join(f"{v:,.1f}" for v in vals)
-            + " | "
-            + " | ".join(f"{x:.2f}x" for x in ratios)
-            + " |"
-        )
-    print(
-        "| parallel throughput, execs/s | "
-        + " | ".join(f"{r['parallel_rate']:,.1f}" for r in results.values())
-        + " | | |"
-    )
+        print(f"| {label} | " + " | ".join(f"{v:,.1f}" for v in vals) + " | " + " | ".join(f"{x:.2f}x" for x in ratios) + " |")
+    print("| parallel throughput, execs/s | " + " | ".join(f"{r['parallel_rate']:,.1f}" for r in results.values()) + " | | |")
 
 
 if __name__ == "__main__":

@@ -253,9 +253,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{t_query / t_parquet:.2f}x its time",
         ),
     ]
-    print(
-        f"\n### Store: {n:,} transitions ({datetime.now(UTC):%Y-%m-%d}, {cpu}, {os.cpu_count()} cores, {mem:.0f} GiB)"
-    )
+    print(f"\n### Store: {n:,} transitions ({datetime.now(UTC):%Y-%m-%d}, {cpu}, {os.cpu_count()} cores, {mem:.0f} GiB)")
     print(f"Python {platform.python_version()}, {versions}. Synthetic records (`collectors/synth.py`, seed 0,")
     print(f"5% duplicate trajectories), {jsonl_bytes / n / 2 / 1000:.1f} KB of JSON per observation on average;")
     print(f"generation ({t_gen:.0f} s) is not timed.\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
@@ -24,11 +25,50 @@ def synth(
     from pipelines.progress import progress
 
     with progress("synth", transitions) as update:
-        summary = synth_store(
-            store, transitions=transitions, seed=seed, duplicates=duplicates, run_id=run_id, progress=update
-        )
+        summary = synth_store(store, transitions=transitions, seed=seed, duplicates=duplicates, run_id=run_id, progress=update)
     typer.echo(
         f"wrote {summary.transitions} transitions in {summary.trajectories} trajectories to run {summary.run_id} "
         f"({summary.exact_duplicate_trajectories} exact and {summary.near_duplicate_trajectories} near duplicate"
         " trajectories)"
     )
+
+
+@app.command()
+def collect(
+    job_file: Annotated[str, typer.Argument(help="The job YAML (see examples/jobs/).")],
+    store: Annotated[str, typer.Option("--store", "-s", help="Store path or URI.")],
+) -> None:
+    """Run a collection job: episodes in sandboxes, recorded into the store. Resumable."""
+    import json
+    import sys
+
+    from collectors.jobs import load_job
+    from collectors.runner import run_job
+
+    job, tasks = load_job(job_file)
+    total = len(tasks) * job.episodes_per_task
+    if sys.stderr.isatty():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.fields[info]}"), transient=True) as bar:  # fmt: skip
+            t = bar.add_task(f"collect {job.job_id}", total=total, info="")
+
+            def update(s):
+                rate = s.transitions / max(time.monotonic() - started, 1e-9)
+                bar.update(t, completed=s.already_done + s.collected + s.failed,
+                           info=f"{rate:.1f} steps/s, {s.failed} failed")  # fmt: skip
+
+            started = time.monotonic()
+            summary = run_job(job, tasks, store, progress=update)
+    else:
+
+        def update(s):
+            print(f"collect {job.job_id}: {s.already_done + s.collected + s.failed}/{total} episodes, "
+                  f"{s.transitions} transitions, {s.failed} failed", file=sys.stderr, flush=True)  # fmt: skip
+
+        summary = run_job(job, tasks, store, progress=update)
+    typer.echo(summary.line())
+    for key, reason in summary.failures.items():
+        typer.echo(f"failed {key}: {reason}", err=True)
+    typer.echo(json.dumps({"collected": summary.collected, "failed": summary.failed}), err=True)

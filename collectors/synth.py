@@ -357,9 +357,7 @@ class Synthesizer:
             return f"$ {cmd}\n", {"cwd": "/work", "exit_code": code}
         if domain == "web":
             page = self.rng.choice(_WORDS)
-            return f"URL: http://127.0.0.1:8080/{page}\nTitle: {page.title()}\n", {
-                "url": f"http://127.0.0.1:8080/{page}"
-            }
+            return f"URL: http://127.0.0.1:8080/{page}\nTitle: {page.title()}\n", {"url": f"http://127.0.0.1:8080/{page}"}
         if domain == "android":
             return "package=com.example.app activity=.MainActivity orientation=0 size=1080x2400\n", {
                 "package": "com.example.app",

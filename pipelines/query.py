@@ -138,12 +138,13 @@ def write_result(reader: pa.RecordBatchReader, fmt: str, out: IO[str] | str | No
 def _write_table(reader: pa.RecordBatchReader, handle: IO[str], limit: int) -> int:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(*reader.schema.names, show_lines=False)
     n = 0
     for row in _rows(reader):
         if n < limit:
-            table.add_row(*(_cell(v) for v in row.values()))
+            table.add_row(*(Text(_cell(v)) for v in row.values()))  # Text: no markup ("[exit 0]" stays)
         n += 1
     Console(file=handle, width=200 if not handle.isatty() else None).print(table)
     if n > limit:
@@ -154,7 +155,5 @@ def _write_table(reader: pa.RecordBatchReader, handle: IO[str], limit: int) -> i
 
 
 def _cell(value: Any) -> str:
-    text = (
-        "NULL" if value is None else json.dumps(_plain(value)) if isinstance(value, dict | list) else str(_plain(value))
-    )
+    text = "NULL" if value is None else json.dumps(_plain(value)) if isinstance(value, dict | list) else str(_plain(value))
     return text if len(text) <= 80 else text[:77] + "..."

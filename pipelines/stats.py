@@ -15,9 +15,7 @@ class StoreStats:
     failed_steps: int = 0
     bytes: int = 0
     shards: int = 0
-    by_domain: list[tuple[str, int, int, int]] = field(
-        default_factory=list
-    )  # domain, transitions, trajectories, failed
+    by_domain: list[tuple[str, int, int, int]] = field(default_factory=list)  # domain, transitions, trajectories, failed
     by_run: list[tuple[str, str, int, int]] = field(default_factory=list)  # domain, run, transitions, bytes
     by_day: list[tuple[str, int]] = field(default_factory=list)
 
@@ -33,8 +31,7 @@ def store_stats(store: str | Store) -> StoreStats:
     stats.by_domain = [
         tuple(r)
         for r in con.execute(
-            "SELECT domain, count(*), count(DISTINCT trajectory_id), count(action_error)"
-            " FROM transitions GROUP BY 1 ORDER BY 1"
+            "SELECT domain, count(*), count(DISTINCT trajectory_id), count(action_error) FROM transitions GROUP BY 1 ORDER BY 1"
         ).fetchall()
     ]
     stats.transitions = sum(r[1] for r in stats.by_domain)

@@ -13,9 +13,7 @@ app = typer.Typer(no_args_is_help=True, help="Sandboxes: images, engine, doctor,
 def build(
     local_only: Annotated[bool, typer.Option("--local-only", help="Only the root folder for local sandboxes.")] = False,
     force: Annotated[bool, typer.Option(help="Rebuild the Debian root even if cached.")] = False,
-    docker_host: Annotated[
-        str | None, typer.Option(help="Engine endpoint (default: DOCKER_HOST, then Podman).")
-    ] = None,
+    docker_host: Annotated[str | None, typer.Option(help="Engine endpoint (default: DOCKER_HOST, then Podman).")] = None,
 ) -> None:
     """Debootstrap the Debian root (cached) and build the terminal and SWE images from it."""
     from sandboxes.images import build_images, build_root
@@ -26,9 +24,7 @@ def build(
         return
     from sandboxes.engine import client, find_engine
 
-    for name, tag in build_images(
-        client(find_engine(docker_host)), root=root, log=lambda m: typer.echo(m, err=True)
-    ).items():
+    for name, tag in build_images(client(find_engine(docker_host)), root=root, log=lambda m: typer.echo(m, err=True)).items():
         typer.echo(f"{name}: {tag}")
 
 

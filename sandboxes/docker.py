@@ -43,6 +43,7 @@ class DockerSandbox(Sandbox):
         self.client = None
         self.container = None
         self.snapshots: list[str] = []
+        self._generation = 0
 
     def _docker(self):
         return __import__("docker")
@@ -57,12 +58,13 @@ class DockerSandbox(Sandbox):
     def _create(self, image: str):
         docker = self._docker()
         c = self.config
+        self._generation += 1  # each restore makes a new container: a new name
         try:
             return self.client.containers.run(
                 image,
                 command=["sleep", "infinity"],
                 detach=True,
-                name=f"trajforge-{self.id}-{len(self.snapshots)}",
+                name=f"trajforge-{self.id}-{self._generation}",
                 hostname="sandbox",
                 labels={LABEL_RUN: c.run_id, LABEL_OWNER: owner_label(), LABEL_SANDBOX: self.id},
                 network_mode=None if c.network else "none",
@@ -110,9 +112,7 @@ class DockerSandbox(Sandbox):
         docker = self._docker()
         api = self.client.api
         try:
-            exec_id = api.exec_create(
-                self.container.id, argv, stdin=stdin is not None, environment=env, workdir=WORKDIR
-            )["Id"]
+            exec_id = api.exec_create(self.container.id, argv, stdin=stdin is not None, environment=env, workdir=WORKDIR)["Id"]
         except docker.errors.APIError as exc:
             if not self.alive():
                 raise SandboxDied(f"docker sandbox {self.id} is not running") from None

@@ -68,9 +68,7 @@ class LocalSandbox(Sandbox):
         self.work.mkdir(parents=True)
         self.snapshots.mkdir()
         (self.dir / OWNER).write_text(json.dumps({"pid": os.getpid(), "run_id": self.config.run_id}))
-        self.cgroup = Cgroup(
-            self.id, memory_bytes=self.config.memory_mb << 20, pids=self.config.pids, cpus=self.config.cpus
-        )
+        self.cgroup = Cgroup(self.id, memory_bytes=self.config.memory_mb << 20, pids=self.config.pids, cpus=self.config.cpus)
         try:
             self.cgroup.create()
         except OSError as exc:
@@ -112,6 +110,25 @@ class LocalSandbox(Sandbox):
             err = self._proc.stderr.read().decode(errors="replace").strip() if self._proc.stderr else ""
             self._proc.kill()
             raise SandboxError(f"bwrap did not start the sandbox: {err[:300] or 'no info'}") from None
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 10.0) -> None:
+        """bwrap reports the pid before its mounts are done: wait until /work inside is ours."""
+        want = os.stat(self.work)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                got = os.stat(f"/proc/{self.init_pid}/root{WORKDIR}")
+                if (got.st_dev, got.st_ino) == (want.st_dev, want.st_ino):
+                    return
+            except OSError:
+                pass
+            if self._proc.poll() is not None:
+                break
+            time.sleep(0.002)
+        err = self._proc.stderr.read().decode(errors="replace").strip() if self._proc.poll() is not None else ""
+        self._stop()
+        raise SandboxError(f"the local sandbox did not come up within {timeout:.0f} s {err[:300]}".strip())
 
     def alive(self) -> bool:
         if self.init_pid is None or self._proc is None or self._proc.poll() is not None:

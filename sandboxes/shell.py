@@ -73,10 +73,7 @@ class ShellSession:
         channel = f"{self.name}-{self._count}"
         # Braces make bash read the whole command before running it, so a program that
         # reads stdin (a REPL) never swallows the marker line.
-        keys = (
-            f'{{ {command}\n}}; __tf_rc=$?; printf \'\\n%s %s %s\\n\' {marker} "$__tf_rc" "$PWD"; '
-            f"tmux wait-for -S {channel}"
-        )
+        keys = f'{{ {command}\n}}; __tf_rc=$?; printf \'\\n%s %s %s\\n\' {marker} "$__tf_rc" "$PWD"; tmux wait-for -S {channel}'
         start = time.monotonic()
         r = self.sandbox.exec(self._script(keys, channel, timeout), timeout=timeout + 10)
         duration = (time.monotonic() - start) * 1000

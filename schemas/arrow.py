@@ -262,8 +262,7 @@ def from_shard(batch: pa.RecordBatch, logical: pa.Schema) -> pa.RecordBatch:
             index = _SIDES.index(f.name)
             stored = batch.column(f.name)
             children = [
-                pc.list_element(batch.column(_MOVED[c.name]), index) if c.name in _MOVED else stored.field(c.name)
-                for c in f.type
+                pc.list_element(batch.column(_MOVED[c.name]), index) if c.name in _MOVED else stored.field(c.name) for c in f.type
             ]
             columns.append(pa.StructArray.from_arrays(children, fields=list(f.type)))
         else:
@@ -278,9 +277,7 @@ def shard_view_sql(logical: pa.Schema, source: str) -> str:
         if f.name in _SIDES:
             index = _SIDES.index(f.name) + 1
             members = [
-                f'"{c.name}" := "{_MOVED[c.name]}"[{index}]'
-                if c.name in _MOVED
-                else f'"{c.name}" := "{f.name}"."{c.name}"'
+                f'"{c.name}" := "{_MOVED[c.name]}"[{index}]' if c.name in _MOVED else f'"{c.name}" := "{f.name}"."{c.name}"'
                 for c in f.type
             ]
             select.append(f'struct_pack({", ".join(members)}) AS "{f.name}"')

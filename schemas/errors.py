@@ -46,9 +46,7 @@ class MissingExtraError(TrajforgeError, ImportError):
     """An optional dependency is missing; the message names the extra to install."""
 
     def __init__(self, module: str, extra: str) -> None:
-        super().__init__(
-            f"{module} is not installed: pip install 'trajforge[{extra}]' (or make install EXTRAS={extra})"
-        )
+        super().__init__(f"{module} is not installed: pip install 'trajforge[{extra}]' (or make install EXTRAS={extra})")
 
 
 def require(module: str, extra: str):

@@ -55,9 +55,7 @@ FORMATS: frozenset[str] = frozenset(
 )
 
 #: Kinds of run-time noise a collector marks in an observation's text.
-VOLATILE_KINDS: frozenset[str] = frozenset(
-    {"timestamp", "pid", "temp_path", "uuid", "duration", "port", "hex_id", "other"}
-)
+VOLATILE_KINDS: frozenset[str] = frozenset({"timestamp", "pid", "temp_path", "uuid", "duration", "port", "hex_id", "other"})
 
 
 def canonical_json(value: Any) -> str:

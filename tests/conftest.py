@@ -10,6 +10,26 @@ import pytest
 from collectors.synth import Synthesizer
 from pipelines.store import StoreWriter, WriterOptions
 
+BACKENDS = ["docker", "local"]
+
+
+@pytest.fixture(scope="session")
+def built():
+    """The real Podman service, Debian root and images (cached; built when missing)."""
+    from sandboxes.engine import client, start_podman_service
+    from sandboxes.images import build_images, build_root
+
+    root = build_root(log=lambda m: print(m, file=sys.stderr))
+    host = start_podman_service()
+    build_images(client(host), root=root, log=lambda m: print(m, file=sys.stderr))
+    return host
+
+
+@pytest.fixture(params=BACKENDS, scope="session")
+def backend(request, built):
+    return request.param
+
+
 SMALL = {"min_obs_bytes": 200, "max_obs_bytes": 800, "pool_size": 300}
 
 

@@ -73,9 +73,7 @@ def _rebuild(sfs: StoreFS, schema: pa.Schema, batches: list[pa.RecordBatch], fin
     sfs.fsync_dir(posixpath.dirname(final))
 
 
-def repair_run_locked(
-    sfs: StoreFS, run_dir: str, *, domain: str, run_id: str, report: RepairReport | None = None
-) -> RunManifest:
+def repair_run_locked(sfs: StoreFS, run_dir: str, *, domain: str, run_id: str, report: RepairReport | None = None) -> RunManifest:
     """Repair one run folder whose lock the caller holds; return its consistent manifest."""
     report = report if report is not None else RepairReport(run_dir)
     manifest = RunManifest.load(sfs, run_dir) or RunManifest(domain=domain, run_id=run_id)
@@ -115,8 +113,9 @@ def repair_run_locked(
     return manifest
 
 
-def repair(path: str) -> list[RepairReport]:
-    """Repair every run folder under a store, or one run folder; refuses runs in use."""
+def repair(path: str, *, run_prefix: str | None = None) -> list[RepairReport]:
+    """Repair every run folder under a store (those whose run id starts with ``run_prefix``),
+    or one run folder; refuses runs in use."""
     from pipelines.store.layout import run_dirs
 
     sfs = StoreFS.open(path)
@@ -130,6 +129,8 @@ def repair(path: str) -> list[RepairReport]:
         raise StoreError(f"{path}: not a store (no raw/ folder) nor a run folder (no manifest.json or part-* files)")
     reports = []
     for domain, run_id, run_dir in targets:
+        if run_prefix is not None and not run_id.startswith(run_prefix):
+            continue
         report = RepairReport(run_dir)
         with sfs.lock(f"{run_dir}/{LOCK}"):
             repair_run_locked(sfs, run_dir, domain=domain, run_id=run_id, report=report)

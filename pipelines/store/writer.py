@@ -16,6 +16,7 @@ recovers the rest. ``StoreWriter`` routes a run's transitions to one writer per 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -39,10 +40,13 @@ class WriterOptions:
     bytes_per_batch: int = 8 << 20
     rows_per_shard: int = 250_000
     bytes_per_shard: int = 128 << 20
+    seconds_per_shard: float = 600.0  # finish an open shard this old, so long runs become visible
     compression: str = "zstd"
     compression_level: int | None = 3  # zstd 3: ~25% smaller than Arrow's default 1 at ~10% of the write speed
 
     def __post_init__(self) -> None:
+        if self.seconds_per_shard <= 0:
+            raise SchemaError("writer.seconds_per_shard", f"must be > 0, got {self.seconds_per_shard}")
         for name in ("rows_per_batch", "bytes_per_batch", "rows_per_shard", "bytes_per_shard"):
             if getattr(self, name) < 1:
                 raise SchemaError(f"writer.{name}", f"must be >= 1, got {getattr(self, name)}")
@@ -105,6 +109,15 @@ class ShardWriter:
         for t in transitions:
             self.write(t)
 
+    def write_episode(self, transitions: list[Transition]) -> None:
+        """One episode as one record batch, written whole: a kill leaves all of it or none."""
+        for t in transitions:
+            if t.domain != self.domain or t.provenance.run_id != self.run_id:
+                raise SchemaError("episode", f"{t.transition_id} is not of {self.domain}/{self.run_id}")
+        self.flush()
+        if transitions:
+            self._write(to_shard_batch(transitions), whole=True)
+
     def write_batch(self, batch: pa.RecordBatch) -> None:
         """Append a record batch already in the current schema (e.g. from another store)."""
         problem = schema_problem(batch.schema, current_version())
@@ -120,12 +133,13 @@ class ShardWriter:
             self._rows, self._buffered_bytes = [], 0
             self._write(batch)
 
-    def _write(self, batch: pa.RecordBatch) -> None:
-        """Append a record batch in the on-disk layout, rolling shards at the caps."""
+    def _write(self, batch: pa.RecordBatch, *, whole: bool = False) -> None:
+        """Append a record batch in the on-disk layout, rolling shards at the caps
+        (``whole`` batches are never split: the shard may pass its row cap by one batch)."""
         if self._closed:
             raise StoreError(f"{self.dir}: writer is closed")
         room = self.options.rows_per_shard - self._shard_rows
-        if batch.num_rows > room:  # rows_per_shard is a hard cap: split the batch across shards
+        if batch.num_rows > room and not whole:  # rows_per_shard caps rows: split the batch across shards
             self._write(batch.slice(0, room))
             self._write(batch.slice(room))
             return
@@ -137,10 +151,12 @@ class ShardWriter:
         self._shard_rows += batch.num_rows
         self.rows_written += batch.num_rows
         lo, hi = collected_range(batch)
-        self._shard_range = (
-            [min(self._shard_range[0], lo), max(self._shard_range[1], hi)] if self._shard_range else [lo, hi]
-        )
-        if self._shard_rows >= self.options.rows_per_shard or self._sink.tell() >= self.options.bytes_per_shard:
+        self._shard_range = [min(self._shard_range[0], lo), max(self._shard_range[1], hi)] if self._shard_range else [lo, hi]
+        if (
+            self._shard_rows >= self.options.rows_per_shard
+            or self._sink.tell() >= self.options.bytes_per_shard
+            or time.monotonic() - self._shard_opened >= self.options.seconds_per_shard
+        ):
             self._finish_shard()
 
     # -- shard life cycle --------------------------------------------------------------------
@@ -151,6 +167,7 @@ class ShardWriter:
     def _open_shard(self) -> None:
         partial = f"{self.dir}/{self._shard_name}{PARTIAL_SUFFIX}"
         self._sink = self.sfs.fs.open_output_stream(partial)  # unbuffered: each batch reaches the kernel
+        self._shard_opened = time.monotonic()
         self._ipc = ipc.new_file(self._sink, self._schema, options=self._ipc_options)
 
     def _finish_shard(self) -> None:

@@ -53,9 +53,7 @@ def test_writing_statements_are_refused(store, sql):
 
 
 def test_refused_statement_is_a_one_line_cli_error(store, tmp_path):
-    proc = cli(
-        "query", f"COPY (SELECT * FROM transitions) TO '{tmp_path}/leak.csv'", "--store", str(store), check=False
-    )
+    proc = cli("query", f"COPY (SELECT * FROM transitions) TO '{tmp_path}/leak.csv'", "--store", str(store), check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: refused COPY statement: queries are read-only (SELECT and EXPLAIN only)"
     assert not (tmp_path / "leak.csv").exists()

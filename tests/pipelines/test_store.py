@@ -259,3 +259,23 @@ def test_read_batches_are_current_schema(store):
     for batch in Store(store).iter_batches():
         assert batch.schema.equals(schema_for(), check_metadata=False)
         assert len(list(from_record_batch(batch))) == batch.num_rows
+
+
+def test_old_open_shards_are_finished_so_long_runs_become_visible(tmp_path):
+    import time
+
+    ts = make_transitions(40, domains=("terminal",))
+    with ShardWriter(str(tmp_path / "s"), "terminal", "synth-s0", WriterOptions(rows_per_batch=10, seconds_per_shard=0.2)) as w:
+        w.write_many(ts[:20])
+        time.sleep(0.3)
+        w.write_many(ts[20:])
+        assert len(Store(tmp_path / "s").runs()[0].manifest.shards) >= 1  # visible while still writing
+    assert len(Store(tmp_path / "s").runs()[0].manifest.shards) >= 2
+
+
+def test_an_episode_is_one_batch_never_split(tmp_path):
+    ts = make_transitions(30, domains=("terminal",))
+    with ShardWriter(str(tmp_path / "s"), "terminal", "synth-s0", WriterOptions(rows_per_shard=5)) as w:
+        w.write_episode(ts[:12])
+    (entry,) = Store(tmp_path / "s").runs()[0].manifest.shards
+    assert entry.rows == 12

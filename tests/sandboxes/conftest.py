@@ -17,24 +17,6 @@ import pytest
 
 from sandboxes import SandboxConfig, make_sandbox
 
-BACKENDS = ["docker", "local"]
-
-
-@pytest.fixture(scope="session")
-def built():
-    from sandboxes.engine import client, start_podman_service
-    from sandboxes.images import build_images, build_root
-
-    root = build_root(log=lambda m: print(m, file=sys.stderr))
-    host = start_podman_service()
-    build_images(client(host), root=root, log=lambda m: print(m, file=sys.stderr))
-    return host
-
-
-@pytest.fixture(params=BACKENDS, scope="session")
-def backend(request, built):
-    return request.param
-
 
 @pytest.fixture
 def sandbox_config(backend):

@@ -211,3 +211,10 @@ def test_gc_removes_only_sandboxes_of_dead_owners(backend, sandbox_config, orpha
         assert live.exec("echo alive").stdout == "alive\n"
     finally:
         live.close()
+
+
+def test_first_exec_right_after_start_always_works(sandbox_config):
+    # bwrap reports its pid before its mounts are done; a sandbox is usable once start returns
+    for _ in range(10):
+        with make_sandbox(sandbox_config).start() as sb:
+            assert sb.exec("cat /etc/debian_version").exit_code == 0

@@ -1,0 +1,220 @@
+"""The environment protocol every domain implements, and tasks kept apart from it.
+
+Gymnasium's contract: ``reset(*, seed, task) -> (Observation, info)``;
+``step(action) -> (Observation, reward, terminated, truncated, info)``; ``close()`` safe
+twice; a context manager. ``step`` takes what a policy emitted (dict, JSON text or a typed
+action); a malformed or impossible action is returned as data (``info["action_error"]``,
+the observation unchanged), never raised. Infrastructure faults raise ``EnvError``
+(a dead sandbox raises ``SandboxError``).
+
+A ``Task`` owns its id, instruction, seed, setup, success check and teardown; environments
+only run them. Tasks are registered by id and loaded from YAML or JSONL suites.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from collectors.actions import ActionError, ActionSpace, ActionSpec
+from schemas.errors import ConfigError, TrajforgeError
+from schemas.transition import DOMAINS, Action, Observation, canonical_json
+
+
+class EnvError(TrajforgeError):
+    """The environment's infrastructure failed (not the agent)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One thing to do in one environment. Sandbox domains need only the data fields:
+
+    ``files`` are written and ``setup`` commands run at reset; ``check`` is a shell command
+    whose exit status 0 means success (reward 1.0); ``teardown`` runs at the end;
+    ``actions`` is a scripted solution (for ``ScriptedPolicy``); ``extra`` holds domain
+    fields (an SWE task's repo, base commit, test command, gold patch).
+    """
+
+    id: str
+    domain: str
+    instruction: str
+    env_id: str = "default"
+    seed: int = 0
+    files: dict[str, str] = field(default_factory=dict)
+    setup: tuple[str, ...] = ()
+    check: str | None = None
+    teardown: tuple[str, ...] = ()
+    actions: tuple[dict[str, Any], ...] = ()
+    max_steps: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.id or not isinstance(self.id, str):
+            raise ConfigError(f"task id: must be a non-empty string, got {self.id!r}")
+        if self.domain not in DOMAINS:
+            raise ConfigError(f"task {self.id}: unknown domain {self.domain!r} (expected one of {', '.join(DOMAINS)})")
+        object.__setattr__(self, "setup", tuple(self.setup))
+        object.__setattr__(self, "teardown", tuple(self.teardown))
+        object.__setattr__(self, "actions", tuple(self.actions))
+
+    # The hooks environments call; sandbox domains get them from these defaults.
+    def run_setup(self, env: SandboxBacked) -> None:
+        for path, content in self.files.items():
+            env.sandbox.write_file(path, content)
+        for cmd in self.setup:
+            r = env.sandbox.exec(cmd, timeout=300)
+            if r.exit_code != 0:
+                raise EnvError(f"task {self.id}: setup command {cmd!r} failed ({r.exit_code}): {r.stderr.strip()[:200]}")
+
+    def validate(self, env: SandboxBacked) -> tuple[float | None, str]:
+        """(reward, message): 1.0 when ``check`` exits 0, 0.0 otherwise, None without a check."""
+        if self.check is None:
+            return None, "no check"
+        r = env.sandbox.exec(self.check, timeout=300)
+        return (1.0 if r.exit_code == 0 else 0.0), (r.stdout + r.stderr).strip()[-500:]
+
+    def run_teardown(self, env: SandboxBacked) -> None:
+        for cmd in self.teardown:
+            env.sandbox.exec(cmd, timeout=60)
+
+
+class SandboxBacked(abc.ABC):
+    """What a task's default hooks need from an environment."""
+
+    sandbox: Any
+
+
+_REGISTRY: dict[str, Task] = {}
+
+
+def register_task(task: Task, *, replace: bool = False) -> Task:
+    if task.id in _REGISTRY and not replace and _REGISTRY[task.id] != task:
+        raise ConfigError(f"task id {task.id!r} is registered twice with different contents")
+    _REGISTRY[task.id] = task
+    return task
+
+
+def get_task(task_id: str) -> Task:
+    try:
+        return _REGISTRY[task_id]
+    except KeyError:
+        raise ConfigError(f"unknown task {task_id!r}") from None
+
+
+_TASK_FIELDS = {f.name for f in fields(Task)}
+
+
+def task_from_dict(body: dict[str, Any], where: str) -> Task:
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}: a task must be a mapping, got {type(body).__name__}")
+    unknown = sorted(set(body) - _TASK_FIELDS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown task key {unknown[0]!r} (known: {', '.join(sorted(_TASK_FIELDS))})")
+    missing = [k for k in ("id", "domain", "instruction") if k not in body]
+    if missing:
+        raise ConfigError(f"{where}: task is missing {missing[0]!r}")
+    try:
+        return Task(**body)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def load_suite(path: str | Path) -> list[Task]:
+    """Tasks from a YAML file (a list, or ``{tasks: [...]}``) or a JSONL file; registered."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: task suite file not found")
+    text = path.read_text()
+    try:
+        if path.suffix == ".jsonl":
+            items = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            data = yaml.safe_load(text)
+            items = data.get("tasks") if isinstance(data, dict) else data
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid {'JSONL' if path.suffix == '.jsonl' else 'YAML'}: {exc}") from None
+    if not isinstance(items, list):
+        raise ConfigError(f"{path}: expected a list of tasks")
+    base = path.parent
+    tasks = []
+    for i, body in enumerate(items):
+        task = task_from_dict(body, f"{path} task {i}")
+        repo = task.extra.get("repo")
+        if isinstance(repo, str) and not repo.startswith(("/", "http://", "https://", "git@", "builtin:")):
+            task = Task(**{**{f: getattr(task, f) for f in _TASK_FIELDS}, "extra": {**task.extra, "repo": str(base / repo)}})
+        tasks.append(register_task(task, replace=True))
+    return tasks
+
+
+def invalid_action(raw: Any) -> Action:
+    """The record of an action that could not be parsed."""
+    text = raw if isinstance(raw, str) else json.dumps(raw, default=str, sort_keys=True)
+    return Action("invalid", canonical_json({"kind": "invalid", "raw": text[:2000]}), text[:10000])
+
+
+class Environment(abc.ABC):
+    """Base of all domains: parses actions, times steps, keeps the current observation."""
+
+    domain: ClassVar[str] = ""
+    action_space: ClassVar[ActionSpace]
+    sandbox_backend: str = "none"
+    image_digest: str | None = None
+
+    def __init__(self, env_id: str = "default") -> None:
+        self.env_id = env_id
+        self.task: Task | None = None
+        self.observation: Observation | None = None
+        self.closed = False
+
+    @abc.abstractmethod
+    def _reset(self, seed: int | None, task: Task | None) -> tuple[Observation, dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    def _step(self, action: ActionSpec) -> tuple[Observation, float | None, bool, dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    def _close(self) -> None: ...
+
+    def reset(self, *, seed: int | None = None, task: Task | None = None) -> tuple[Observation, dict[str, Any]]:
+        if self.closed:
+            raise EnvError(f"{self.domain} environment is closed")
+        self.task = task
+        obs, info = self._reset(seed, task)
+        self.observation = obs
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Observation, float | None, bool, bool, dict[str, Any]]:
+        if self.observation is None:
+            raise EnvError("step() before reset()")
+        try:
+            spec = self.action_space.parse(action)
+        except ActionError as exc:
+            info = {"action": invalid_action(action), "action_error": str(exc), "action_ms": 0.0}
+            return self.observation, None, False, False, info
+        t0 = time.perf_counter()
+        try:
+            obs, reward, terminated, info = self._step(spec)
+        except ActionError as exc:  # valid shape, impossible here (missing file, ...)
+            obs, reward, terminated, info = self.observation, None, False, {"action_error": str(exc)}
+        info.setdefault("action_ms", (time.perf_counter() - t0) * 1000)
+        info.setdefault("action", spec.to_action(raw=action if isinstance(action, str) else None))
+        info.setdefault("action_error", None)
+        self.observation = obs
+        return obs, reward, terminated, False, info
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._close()
+
+    def __enter__(self) -> Environment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

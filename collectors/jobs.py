@@ -1,0 +1,116 @@
+"""Collection job files: YAML checked completely before anything starts.
+
+    job_id: terminal-swe            # stable: reruns resume this job
+    seed: 0
+    tasks: [../tasks/terminal.yaml] # task suites (YAML or JSONL), relative to this file
+    domains: [terminal, swe]        # optional filter
+    policy: {kind: scripted}        # scripted | exploration | openai (model, base_url, ...)
+    episodes_per_task: 1
+    max_steps: 20
+    step_timeout_s: 30
+    episode_timeout_s: 300
+    workers: 2                      # processes; 0 runs inline
+    retries: 2                      # infrastructure failures per episode
+    sandbox: {backend: local, memory_mb: 512}
+
+Unknown keys, wrong types, missing task files and unknown domains are refused with the
+file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from collectors.env import Task, load_suite
+from sandboxes.base import SandboxConfig
+from schemas.errors import ConfigError
+from schemas.transition import DOMAINS
+
+
+class SandboxSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    backend: Literal["docker", "local", "auto"] = "auto"
+    image: str | None = None
+    network: bool = False
+    memory_mb: int = Field(1024, ge=16)
+    cpus: float = Field(1.0, gt=0)
+    pids: int = Field(256, ge=8)
+    output_cap_bytes: int = Field(1 << 20, ge=1024)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class PolicySection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["scripted", "exploration", "openai"] = "scripted"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    max_steps: int | None = None
+
+
+class JobConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    seed: int = 0
+    tasks: list[str] = Field(min_length=1)
+    domains: list[str] | None = None
+    policy: PolicySection = PolicySection()
+    episodes_per_task: int = Field(1, ge=1)
+    max_steps: int = Field(20, ge=1)
+    step_timeout_s: float = Field(30.0, gt=0)
+    episode_timeout_s: float = Field(600.0, gt=0)
+    workers: int = Field(1, ge=0)
+    retries: int = Field(2, ge=0)
+    sandbox: SandboxSection = SandboxSection()
+
+    def sandbox_config(self, run_id: str) -> SandboxConfig:
+        s = self.sandbox.model_dump(exclude_none=True)
+        return SandboxConfig(**s, run_id=re.sub(r"[^A-Za-z0-9._-]", "-", run_id), exec_timeout_s=self.step_timeout_s)
+
+    def policy_options(self) -> dict[str, Any]:
+        return self.policy.model_dump(exclude_none=True)
+
+
+def load_job(path: str | Path) -> tuple[JobConfig, list[Task]]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: job file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a job must be a mapping of keys")
+    try:
+        job = JobConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top)"
+        got = f", got {err['input']!r}" if err["type"] != "extra_forbidden" and "input" in err else ""
+        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(f"{path}: {key}: {what}{got}") from None
+    for d in job.domains or []:
+        if d not in DOMAINS:
+            raise ConfigError(f"{path}: domains: unknown domain {d!r} (expected one of {', '.join(DOMAINS)})")
+    tasks: list[Task] = []
+    for suite in job.tasks:
+        suite_path = (path.parent / suite) if not Path(suite).is_absolute() else Path(suite)
+        if not suite_path.is_file():
+            raise ConfigError(f"{path}: tasks: task file {suite} not found (looked at {suite_path})")
+        tasks += load_suite(suite_path)
+    if job.domains:
+        tasks = [t for t in tasks if t.domain in job.domains]
+    from collectors.registry import ENVIRONMENTS
+
+    for t in tasks:
+        if t.domain not in ENVIRONMENTS:
+            raise ConfigError(f"{path}: task {t.id}: no collector for domain {t.domain!r} yet (have: {', '.join(ENVIRONMENTS)})")
+    if not tasks:
+        raise ConfigError(f"{path}: no tasks selected")
+    return job, tasks

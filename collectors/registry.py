@@ -1,0 +1,21 @@
+"""Which environment class serves which domain (the one loader that picks by config)."""
+
+from __future__ import annotations
+
+import importlib
+
+from sandboxes.base import SandboxConfig
+
+ENVIRONMENTS: dict[str, str] = {
+    "terminal": "collectors.terminal:TerminalEnv",
+    "swe": "collectors.swe:SWEEnv",
+}
+
+
+def env_class(domain: str) -> type:
+    module, _, name = ENVIRONMENTS[domain].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def make_env(domain: str, sandbox: SandboxConfig, env_id: str = "default"):
+    return env_class(domain)(sandbox=sandbox, env_id=env_id)

@@ -1,0 +1,174 @@
+"""The terminal domain: a persistent bash in a sandbox, as a terminal agent sees it.
+
+Observation text: what the command printed (ANSI codes removed, capped with truncation
+flagged), then a status line ``[exit N] CWD$``. ``extra`` holds cwd, exit code, the files
+of /work that the step added, modified or deleted, and whether the command was still
+running at its timeout. Actions: ``run`` a command, ``send_keys`` to a running program
+(REPL, pager, editor), ``interrupt`` it, ``write_file``. Resets restore a snapshot of the
+clean sandbox taken at the first reset, so episodes never see each other's files or
+processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from typing import Any
+
+from collectors.actions import ActionError, ActionSpace, ActionSpec
+from collectors.env import Environment, SandboxBacked, Task
+from collectors.volatile import detect_spans
+from sandboxes import SandboxConfig, ShellSession, make_sandbox
+from sandboxes.base import WORKDIR
+from schemas.transition import Observation
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\r(?!\n)")
+OUTPUT_CAP = 16_000
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCommand(ActionSpec):
+    """Type a shell command and wait for it (up to timeout seconds); cwd and variables persist."""
+
+    kind = "run"
+    command: str
+    timeout: float = 30.0
+
+    def check(self) -> None:
+        if not self.command.strip():
+            raise ActionError("run.command: must not be empty")
+        if not 0 < self.timeout <= 3600:
+            raise ActionError(f"run.timeout: must be in (0, 3600], got {self.timeout}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SendKeys(ActionSpec):
+    """Type keys into the running program; special=true takes tmux key names such as C-c, Up, Escape."""
+
+    kind = "send_keys"
+    keys: str
+    enter: bool = False
+    special: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Interrupt(ActionSpec):
+    """Send Ctrl-C to the running program."""
+
+    kind = "interrupt"
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteFile(ActionSpec):
+    """Write a file (created with its folders, replaced if it exists)."""
+
+    kind = "write_file"
+    path: str
+    content: str
+
+
+def clean(text: str, cap: int = OUTPUT_CAP) -> tuple[str, bool]:
+    text = ANSI.sub("", text.replace("\r\n", "\n"))
+    return (text, False) if len(text) <= cap else (text[:cap] + "\n[... output truncated ...]\n", True)
+
+
+class SandboxEnv(Environment, SandboxBacked):
+    """Shared life cycle of sandbox domains: one sandbox, a clean snapshot, a shell."""
+
+    def __init__(self, sandbox: SandboxConfig | None = None, env_id: str = "bash") -> None:
+        super().__init__(env_id)
+        self.sandbox_config = sandbox or SandboxConfig()
+        self.sandbox = make_sandbox(self.sandbox_config)
+        self.sandbox_backend = self.sandbox.backend
+        self.image_digest = self.sandbox_config.image if self.sandbox.backend == "docker" else None
+        self._clean: str | None = None
+        self.shell: ShellSession | None = None
+        self._files: dict[str, tuple[int, int]] = {}
+
+    def _fresh(self, task: Task | None) -> float:
+        """Back to a clean sandbox with the task set up; returns the reset time in ms."""
+        t0 = time.perf_counter()
+        if not self.sandbox.started:
+            self.sandbox.start()
+            self._clean = self.sandbox.snapshot()
+        else:
+            self.sandbox.restore(self._clean)
+        if task is not None:
+            task.run_setup(self)
+        self.shell = self.sandbox.shell()
+        self._files = self._listing()
+        return (time.perf_counter() - t0) * 1000
+
+    def _listing(self) -> dict[str, tuple[int, int]]:
+        _code, out = self.sandbox.exec_bytes(f"find {WORKDIR} -type f -printf '%s %T@ %P\\n' 2>/dev/null | head -n 5000")
+        files = {}
+        for line in out.decode(errors="replace").splitlines():
+            size, mtime, path = line.split(" ", 2)
+            files[path] = (int(size), int(float(mtime) * 1e6))
+        return files
+
+    def _changes(self) -> dict[str, list[str]]:
+        before, after = self._files, self._listing()
+        self._files = after
+        return {
+            "added": sorted(set(after) - set(before)),
+            "modified": sorted(p for p in after if p in before and after[p] != before[p]),
+            "deleted": sorted(set(before) - set(after)),
+        }
+
+    def _close(self) -> None:
+        self.sandbox.close()
+
+
+class TerminalEnv(SandboxEnv):
+    domain = "terminal"
+    action_space = ActionSpace("terminal", [RunCommand, SendKeys, Interrupt, WriteFile])
+
+    def _render(self, output: str, exit_code: int | None, cwd: str | None, *, running: bool) -> tuple[str, bool]:
+        text, truncated = clean(output)
+        if text and not text.endswith("\n"):
+            text += "\n"
+        status = "[still running]" if running else f"[exit {exit_code}] {cwd}$"
+        return text + status, truncated
+
+    def _observation(self, output: str, exit_code: int | None, cwd: str | None, *, running: bool, **extra: Any):
+        t0 = time.perf_counter()
+        text, truncated = self._render(output, exit_code, cwd, running=running)
+        changes = self._changes()
+        obs = Observation.make(
+            text, "terminal", truncated=truncated, spans=detect_spans(text),
+            extra={"cwd": cwd, "exit_code": exit_code, "running": running, "changed_files": changes, **extra},
+        )  # fmt: skip
+        return obs, (time.perf_counter() - t0) * 1000
+
+    def _reset(self, seed: int | None, task: Task | None) -> tuple[Observation, dict[str, Any]]:
+        reset_ms = self._fresh(task)
+        self.cwd = WORKDIR
+        obs, _ = self._observation("", 0, self.cwd, running=False)
+        return obs, {"reset_ms": reset_ms, "instruction": task.instruction if task else None}
+
+    def _step(self, action: ActionSpec) -> tuple[Observation, float | None, bool, dict[str, Any]]:
+        t0 = time.perf_counter()
+        if isinstance(action, RunCommand):
+            r = self.shell.run(action.command, timeout=action.timeout)
+            output, code, running = r.output, r.exit_code, r.timed_out
+            self.cwd = r.cwd or self.cwd
+        elif isinstance(action, WriteFile):
+            path = action.path if action.path.startswith("/") else f"{self.cwd}/{action.path}"
+            try:
+                self.sandbox.write_file(path, action.content)
+            except OSError as exc:
+                raise ActionError(str(exc)) from None
+            output, code, running = "", 0, False
+        else:
+            if isinstance(action, Interrupt):
+                self.shell.interrupt()
+            else:
+                self.shell.send_keys(action.keys, enter=action.enter, literal=not action.special)
+            time.sleep(0.2)  # let the program draw
+            output, code, running = self.shell.read_output(), None, True
+        action_ms = (time.perf_counter() - t0) * 1000
+        obs, observe_ms = self._observation(output, code, self.cwd, running=running)
+        reward, terminated = None, False
+        return obs, reward, terminated, {"action_ms": action_ms, "observe_ms": observe_ms}
