@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= dev
 STORE ?= demo-store
 
-.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes clean
+.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -26,10 +26,13 @@ sandboxes: install system-deps
 	$(VENV)/bin/trajforge sandboxes build
 	$(VENV)/bin/trajforge sandboxes gc
 
-demo: install
+demo: install system-deps
 	rm -rf $(STORE)
+	$(VENV)/bin/trajforge sandboxes build --local-only
 	$(VENV)/bin/trajforge synth $(STORE) --transitions 2000 --seed 1 --duplicates 0.1
+	$(VENV)/bin/trajforge collect examples/jobs/terminal-swe.yaml --store $(STORE)
 	$(VENV)/bin/trajforge shards validate $(STORE)
+	$(VENV)/bin/trajforge query "SELECT task_id, count(*) AS steps, max(reward) AS reward, any_value(provenance.sandbox_backend) AS sandbox FROM transitions WHERE provenance.job_id = 'terminal-swe' GROUP BY 1 ORDER BY 1" --store $(STORE)
 	$(VENV)/bin/trajforge query "SELECT domain, count(*) AS transitions, count(DISTINCT trajectory_id) AS trajectories, round(avg(length(next_state.text))) AS avg_next_state_chars, round(avg(CASE WHEN action_error IS NULL THEN 0 ELSE 1 END), 3) AS failed_ratio FROM transitions GROUP BY 1 ORDER BY 1" --store $(STORE)
 
 test: install sandboxes
@@ -44,6 +47,9 @@ bench-store: install
 
 bench-sandboxes: sandboxes
 	$(PY) benchmarks/sandboxes.py
+
+bench-collect: sandboxes
+	$(PY) benchmarks/collect.py
 
 clean:
 	rm -rf $(VENV) $(STORE) .pytest_cache

@@ -42,6 +42,23 @@ def timed(fn) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
+def summarize(starts, execs, shells, resets, worker) -> dict[str, float]:
+    """Medians and percentiles of the steps, and 8 workers in parallel."""
+    with ThreadPoolExecutor(8) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(worker, range(8)))
+        parallel = time.perf_counter() - t0
+    return {
+        "start": statistics.median(starts),
+        "exec_p50": pct(execs, 0.5),
+        "exec_p95": pct(execs, 0.95),
+        "shell20": statistics.median(shells),
+        "reset": statistics.median(resets),
+        "parallel_s": parallel,
+        "parallel_rate": 8 * 20 / parallel,
+    }
+
+
 def bench_backend(backend: str, repeats: int) -> dict[str, float]:
     cfg = SandboxConfig(backend=backend, run_id="bench")
     starts = []
@@ -77,19 +94,7 @@ def bench_backend(backend: str, repeats: int) -> dict[str, float]:
             for _ in range(20):
                 s.exec("true")
 
-    with ThreadPoolExecutor(8) as pool:
-        t0 = time.perf_counter()
-        list(pool.map(worker, range(8)))
-        parallel = time.perf_counter() - t0
-    return {
-        "start": statistics.median(starts),
-        "exec_p50": pct(execs, 0.5),
-        "exec_p95": pct(execs, 0.95),
-        "shell20": statistics.median(shells),
-        "reset": statistics.median(resets),
-        "parallel_s": parallel,
-        "parallel_rate": 8 * 20 / parallel,
-    }
+    return summarize(starts, execs, shells, resets, worker)
 
 
 def bench_cli(host: str, repeats: int) -> dict[str, float]:
@@ -143,19 +148,7 @@ def bench_cli(host: str, repeats: int) -> dict[str, float]:
             run("exec", c, "true")
         run("rm", "-f", c)
 
-    with ThreadPoolExecutor(8) as pool:
-        t0 = time.perf_counter()
-        list(pool.map(worker, range(8)))
-        parallel = time.perf_counter() - t0
-    return {
-        "start": statistics.median(starts),
-        "exec_p50": pct(execs, 0.5),
-        "exec_p95": pct(execs, 0.95),
-        "shell20": statistics.median(shells),
-        "reset": statistics.median(resets),
-        "parallel_s": parallel,
-        "parallel_rate": 8 * 20 / parallel,
-    }
+    return summarize(starts, execs, shells, resets, worker)
 
 
 def main(argv: list[str] | None = None) -> None:

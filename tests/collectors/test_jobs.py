@@ -195,3 +195,12 @@ def test_cron_line_runs_the_job(tmp_path):
     assert "5 episodes collected" in proc.stdout
     unit = (ROOT / "deploy/trajforge-collect.service").read_text()
     assert "ExecStart=/opt/trajforge/.venv/bin/trajforge collect examples/jobs/terminal-swe.yaml" in unit
+
+
+@pytest.mark.parametrize("job_file", sorted((ROOT / "examples" / "jobs").glob("*.yaml")), ids=lambda p: p.name)
+def test_example_jobs_run(job_file, tmp_path, built):
+    job, tasks = load_job(job_file)
+    assert {t.domain for t in tasks} == {"terminal", "swe"}
+    out = cli("collect", str(job_file), "--store", str(tmp_path / "store")).stdout
+    expected = len(tasks) * job.episodes_per_task
+    assert f"{expected} episodes collected" in out and "0 failed" in out
