@@ -250,9 +250,11 @@ def _results(job: JobConfig, todo: list[EpisodeSpec]):
 
 
 def _worker_init() -> None:
-    import atexit
+    # Pool workers leave through multiprocessing's exit path, which runs its finalizers but
+    # not atexit: close this worker's sandboxes there, so no container outlives the run.
+    from multiprocessing.util import Finalize
 
-    atexit.register(_worker_exit)
+    Finalize(None, _worker_exit, exitpriority=10)
 
 
 def _record(result: EpisodeResult, writer: StoreWriter, ledger, summary: JobSummary) -> None:

@@ -71,11 +71,20 @@ def test_bad_task_suite_names_the_file_and_key(tmp_path):
         load_job(write_job(tmp_path, tasks=[str(suite)]))
 
 
-def test_job_on_both_backends_writes_valid_shards(tmp_path, backend):
+def test_job_on_both_backends_writes_valid_shards(tmp_path, backend, built):
     image = {"image": "localhost/trajforge-swe:latest"} if backend == "docker" else {}
     job, tasks = load_job(write_job(tmp_path, job_id=f"e2e-{backend}", sandbox={"backend": backend, **image}))
     summary = runner.run_job(job, tasks, str(tmp_path / "store"))
     assert (summary.collected, summary.failed) == (5, 0)
+    if backend == "docker":  # the workers closed their sandboxes: no container outlives the run
+        from sandboxes.engine import client
+
+        left = client(built).containers.list(all=True, filters={"label": f"trajforge.run_id={summary.run_id}"})
+        assert left == []
+    else:
+        from sandboxes.local import sandboxes_dir
+
+        assert not [d for d in sandboxes_dir().iterdir() if d.name.startswith(summary.run_id)]
     report = check_path(str(tmp_path / "store"), deep=True)
     assert report.ok, report.problems
     rows = run_query(
