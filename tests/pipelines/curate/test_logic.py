@@ -1,0 +1,174 @@
+"""Each curation stage's logic on hand-made cases."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+import pytest
+
+from pipelines.curate.config import NearDedup, Quality, load_curation
+from pipelines.curate.logic import (
+    EvalIndex,
+    band_keys,
+    components,
+    estimated_jaccard,
+    nondeterministic_steps,
+    normalise,
+    scrub_text,
+    scrub_transition,
+    shingles,
+    signature,
+    trajectory_key,
+    trajectory_problem,
+    transition_flags,
+    transition_key,
+)
+from schemas import Action, Observation, Provenance, Transition, VolatileSpan, transition_problems
+from schemas.errors import ConfigError
+
+
+def step(next_text, *, state="$ ", action="ls", spans=(), traj="t1", i=0, error=None, truncated=False):
+    return Transition.create(
+        trajectory_id=traj, step=i, domain="terminal", env_id="bash", task_id="task",
+        state=Observation.make(state, "terminal"), action=Action.make("run", command=action),
+        next_state=Observation.make(next_text, "terminal", spans=spans, truncated=truncated),
+        provenance=Provenance(run_id="r"), action_error=error, instruction="do it",
+    )  # fmt: skip
+
+
+def date_ls(ts: str, pid: str) -> Transition:
+    text = f"{ts}\nproc {pid}\na.txt b.txt\n"
+    spans = [VolatileSpan(0, len(ts), "timestamp"), VolatileSpan(len(ts) + 6, len(ts) + 6 + len(pid), "pid")]
+    return step(text, action="date; ls", spans=spans)
+
+
+def test_volatile_masking_makes_two_runs_of_date_ls_equal():
+    a, b = date_ls("Sun Nov 29 10:00:01 UTC 2026", "123"), date_ls("Mon Dec  1 23:59:59 UTC 2026", "98765")
+    assert a.next_state.text != b.next_state.text
+    assert transition_key(a) == transition_key(b)
+    assert trajectory_key([a]) == trajectory_key([b])
+    assert transition_key(a) != transition_key(date_ls("x", "1").__class__.create(
+        **{**{f: getattr(a, f) for f in ("trajectory_id", "step", "domain", "env_id", "task_id", "state", "provenance")},
+           "action": a.action, "next_state": Observation.make("different\n", "terminal")}))  # fmt: skip
+
+
+def test_normalise_strips_ansi_control_and_blank_runs():
+    assert normalise("\x1b[31ma\x1b[0m  b\t\tc \r\n\x07d\x00 \n") == "a b c\nd"
+
+
+def test_secrets_in_commands_and_output_are_scrubbed_keeping_the_shape():
+    secret = "sk-proj-abcdefghijklmnopqrstuvwxyz0123"
+    cmd = f"export OPENAI_API_KEY={secret}; mysql --password=hunter22 -u root; git clone https://bob:pa55w0rd@host/x"
+    out, counts = scrub_text(cmd + " mail me: alice@example.com", ["openai_key", "password_arg", "url_credentials", "email"])
+    assert secret not in out and "hunter22" not in out and "pa55w0rd" not in out and "alice@example.com" not in out
+    assert len(out) == len(cmd + " mail me: alice@example.com")
+    assert counts == {"openai_key": 1, "password_arg": 1, "url_credentials": 1, "email": 1}
+    assert "<openai_key>" in out and scrub_text("find -print", ["password_arg"])[0] == "find -print"
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA\n-----END OPENSSH PRIVATE KEY-----"
+    t = step(f"cat id_rsa\n{key}\n", action=f"echo {secret}")
+    clean, counts = scrub_transition(t, ["private_key", "openai_key"])
+    assert counts == {"private_key": 1, "openai_key": 1}
+    assert "PRIVATE KEY" not in clean.next_state.text and secret not in clean.action.canonical
+    assert json.loads(clean.action.canonical)["command"].startswith("echo <openai_key>")
+    assert transition_problems(clean) == []  # ids kept, content hash recomputed, JSON still valid
+
+
+def test_13_gram_from_an_eval_file_is_caught(tmp_path):
+    evals = tmp_path / "bench.jsonl"
+    sentence = "the quick brown fox jumps over the lazy dog near the quiet river bank today"
+    evals.write_text(json.dumps({"id": "bench-7", "instruction": sentence, "repo": "acme/x", "commit": "abc"}) + "\n")
+    index = EvalIndex.from_files([str(evals)], n=13)
+    leaked = step("Notes: " + " ".join(sentence.split()[1:14]) + " etc")
+    assert index.contamination([leaked]) == "13-gram overlap with bench.jsonl"
+    twelve = step("Notes: " + " ".join(sentence.split()[1:13]))
+    assert index.contamination([twelve]) is None
+    assert index.contamination([replace(twelve, task_id="bench-7")]) == "task id bench-7 is in bench.jsonl"
+    repo = replace(twelve, provenance=replace(twelve.provenance, extra=json.dumps({"repo": "acme/x", "commit": "abc"})))
+    assert index.contamination([repo]) == "repo acme/x at abc is in bench.jsonl"
+
+
+def _labelled_corpus(seed=0, n_base=120):
+    """Known documents and known edits of them: (docs, true pairs at Jaccard >= 0.8)."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(3000)]
+    docs = {}
+    for i in range(n_base):
+        words = rng.choices(vocab, k=rng.randint(150, 400))
+        docs[f"d{i:03d}"] = words
+        for j, rate in enumerate(rng.sample([0.0, 0.01, 0.02, 0.04, 0.1, 0.3], 3)):
+            edited = [rng.choice(vocab) if rng.random() < rate else w for w in words]
+            docs[f"d{i:03d}e{j}"] = edited
+    return {k: " ".join(v) for k, v in docs.items()}
+
+
+def test_near_duplicate_precision_and_recall_on_a_labelled_set():
+    cfg = NearDedup(num_perm=128, bands=32, rows=4, threshold=0.8, char_ngram=5)
+    docs = _labelled_corpus()
+    grams = {k: set(shingles(v, words=False, n=cfg.char_ngram)) for k, v in docs.items()}
+    sigs = {k: signature(sorted(g), cfg) for k, g in grams.items()}
+    buckets: dict[str, list[str]] = {}
+    for k, s in sigs.items():
+        for b in band_keys(s, cfg):
+            buckets.setdefault(b, []).append(k)
+    candidates = {tuple(sorted((a, b))) for ks in buckets.values() for i, a in enumerate(ks) for b in ks[i + 1 :]}
+    found = {p for p in candidates if estimated_jaccard(sigs[p[0]], sigs[p[1]]) >= cfg.threshold}
+    keys = sorted(docs)
+    truth = set()
+    for i, a in enumerate(keys):
+        for b in keys[i + 1 :]:
+            if a[:4] == b[:4] and len(grams[a] & grams[b]) / len(grams[a] | grams[b]) >= 0.8:
+                truth.add((a, b))
+    assert len(truth) > 100
+    recall = len(found & truth) / len(truth)
+    precision = len(found & truth) / len(found)
+    assert recall >= 0.9, recall
+    assert precision >= 0.95, precision
+
+
+def test_connected_components_are_deterministic():
+    comp = components([("c", "d"), ("b", "c"), ("x", "y"), ("a", "b")])
+    assert comp == {"a": "a", "b": "a", "c": "a", "d": "a", "x": "x", "y": "x"}
+    assert components([("a", "b"), ("b", "c"), ("c", "d"), ("x", "y")][::-1]) == comp
+
+
+def test_quality_drops_degenerate_trajectories_and_flags_steps():
+    cfg = Quality(max_repeated_action=3, max_state_loop=3)
+    same = [step(f"out {i}", action="ls", i=i) for i in range(4)]
+    assert trajectory_problem(same, cfg) == "degenerate: the same action 4 times in a row"
+    loop = [step("same screen", action=f"cmd{i}", i=i) for i in range(5)]
+    assert trajectory_problem(loop, cfg) == "degenerate: a loop through the same state 5 times"
+    cut = [step("x", action=f"c{i}", i=i, truncated=i < 2) for i in range(3)]
+    assert trajectory_problem(cut, cfg).startswith("truncated observations: 67%")
+    fine = [step(f"out {i}", action=f"c{i}", i=i) for i in range(3)]
+    assert trajectory_problem(fine, cfg) is None
+    assert transition_flags(step("   "), cfg) == ["exclude:empty_next_state"]
+    assert transition_flags(step("$ ", error="bad action"), cfg) == ["exclude:error_only"]
+    assert "exclude:non_text" in transition_flags(step("\ufffd\ufffd\x01ab"), cfg)
+
+
+def test_nondeterminism_is_flagged_not_dropped():
+    a = step("alpha beta gamma delta", action="run-it", traj="t1")
+    b = step("something else entirely happened", action="run-it", traj="t2")
+    c = step("alpha beta gamma delta", action="run-it", traj="t3")
+    assert nondeterministic_steps([a, b, c], 0.5) == {a.transition_id, b.transition_id, c.transition_id}
+    assert nondeterministic_steps([a, c], 0.5) == set()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("near_dedup: {num_perm: 128, bands: 20, rows: 5}", "near_dedup: bands x rows must equal num_perm: 20 x 5 != 128"),
+        ("near_dedup: {threshold: 1.5}", "near_dedup.threshold: Input should be less than or equal to 1"),
+        ("dedupe: {}", "dedupe: unknown key"),
+        ("decontaminate: {eval_sets: [missing.jsonl]}", "decontaminate.eval_sets: missing.jsonl not found"),
+        ("domains: [desktop]", "domains: unknown domain 'desktop'"),
+    ],
+)
+def test_bad_curation_configs_are_refused(tmp_path, body, message):
+    path = tmp_path / "cur.yaml"
+    path.write_text(body)
+    with pytest.raises(ConfigError) as info:
+        load_curation(path)
+    assert str(info.value) == f"{path}: {message}"
