@@ -71,7 +71,7 @@ class Scrub(Strict):
             "url_credentials",
             "password_arg",
             "email",
-        ]  # fmt: skip
+        ]
     )
 
 

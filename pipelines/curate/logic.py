@@ -7,6 +7,7 @@ pipeline only wires them. A trajectory is the list of its transitions ordered by
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections import Counter
@@ -129,13 +130,13 @@ def trajectory_problem(trajectory: Sequence[Transition], cfg: Quality) -> str | 
     if truncated > cfg.max_truncated_ratio:
         return f"truncated observations: {truncated:.0%} of steps > {cfg.max_truncated_ratio:.0%}"
     run, longest = 1, 1
-    for prev, cur in zip(trajectory, trajectory[1:], strict=False):
+    for prev, cur in itertools.pairwise(trajectory):
         run = run + 1 if cur.action.canonical == prev.action.canonical else 1
         longest = max(longest, run)
     if longest >= cfg.max_repeated_action:
         return f"degenerate: the same action {longest} times in a row"
     states = Counter(masked(t.next_state) for t in trajectory)
-    state, n = states.most_common(1)[0]
+    _state, n = states.most_common(1)[0]
     if n >= cfg.max_state_loop:
         return f"degenerate: a loop through the same state {n} times"
     if all(t.action_error for t in trajectory):
