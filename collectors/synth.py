@@ -450,8 +450,8 @@ class Synthesizer:
         r, produced, index, recent = self.rng, 0, 0, []
         while produced < n:
             steps = min(r.randint(2, 10), n - produced)
-            if recent and r.random() < self.duplicates:
-                source = r.choice(recent)[:steps]
+            source = r.choice(recent) if recent and r.random() < self.duplicates else None
+            if source is not None and len(source) <= n - produced:  # whole copies: planted = well defined
                 near = r.random() < 0.5
                 traj = self._copy(source, index, near)
                 if near:

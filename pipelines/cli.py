@@ -87,3 +87,25 @@ def shards_repair(path: Annotated[str, typer.Argument(help="A store or a run fol
             typer.echo(line)
     changed = sum(r.changed for r in reports)
     typer.echo(f"{len(reports)} runs checked, {changed} repaired")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def curate(
+    ctx: typer.Context,
+    config: Annotated[str, typer.Argument(help="Curation config YAML (see examples/curation/default.yaml).")],
+    store: StoreOpt,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Curate the raw runs not yet curated: validate, dedupe, filter, scrub, decontaminate.
+
+    Extra options go to Beam (--runner=DataflowRunner --project=... , --runner=FlinkRunner ...).
+    """
+    import sys
+    from dataclasses import asdict
+
+    from pipelines.curate.config import load_curation
+    from pipelines.curate.run import curate as run
+
+    cfg = load_curation(config)
+    report = run(cfg, store, beam_args=list(ctx.args), log=lambda m: print(m, file=sys.stderr, flush=True))
+    typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.table())

@@ -17,6 +17,7 @@ import json
 import sys
 from collections.abc import Iterator
 from datetime import date, datetime
+from pathlib import Path
 from typing import IO, Any
 
 import duckdb
@@ -63,9 +64,43 @@ def connect(store: str | Store) -> duckdb.DuckDBPyConnection:
             con.register(f"_{view}_empty", logical.empty_table())
             parts.append(f"SELECT * FROM _{view}_empty")
         con.execute(f"CREATE TEMP VIEW {view} AS " + " UNION ALL ".join(parts))
+    for tree in CURATION_TREES:
+        _curation_view(con, store, tree, logical)
     con.execute("SET TimeZone = 'UTC'")  # days and hours in results are UTC, as stored
     con.execute("SET lock_configuration = true")
     return con
+
+
+CURATION_TREES = ("curated", "rejected")
+
+
+def _curation_view(con: duckdb.DuckDBPyConnection, store: Store, tree: str, logical) -> None:
+    """``curated`` / ``rejected``: the tree's transitions with their curation attributes
+    (status, stage, reason, duplicate_of, cluster, flags, exclude_as_target, curation_id).
+    Rejected records that never parsed (quarantine) appear with NULL transition fields."""
+    if not store.sfs.local:  # object stores: issue "scale out" brings these views there
+        return
+    attribute_files = sorted(str(p) for p in Path(store.sfs.join(tree)).glob("*/attributes.parquet"))
+    if not attribute_files:
+        return
+    parts = []
+    for i, path in enumerate(attribute_files):
+        cid = path.rsplit("/", 2)[-2]
+        name = f"_{tree}_{i}"
+        sources = store.relations(tree, run_id=cid)
+        rows = " UNION ALL ".join(
+            shard_view_sql(logical, f"{name}_{j}") if rel.on_disk_layout else f"SELECT * FROM {name}_{j}"
+            for j, rel in enumerate(sources)
+        )
+        for j, rel in enumerate(sources):
+            con.register(f"{name}_{j}", rel.source)
+        if not rows:
+            con.register(f"{name}_empty", logical.empty_table())
+            rows = f"SELECT * FROM {name}_empty"
+        attrs = f"(SELECT * EXCLUDE (trajectory_id, domain), '{cid}' AS curation_id FROM read_parquet('{path}'))"
+        join = "JOIN" if tree == "curated" else "RIGHT JOIN"
+        parts.append(f"SELECT t.* EXCLUDE (transition_id), a.* FROM ({rows}) t {join} {attrs} a USING (transition_id)")
+    con.execute(f"CREATE TEMP VIEW {tree} AS " + " UNION ALL BY NAME ".join(parts))
 
 
 def execute(sql: str, store: str | Store, *, batch_rows: int = 8192) -> pa.RecordBatchReader:

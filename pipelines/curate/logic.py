@@ -38,7 +38,7 @@ def masked(obs: Observation) -> str:
     return normalise(mask_volatile(obs.text, obs.volatile_spans))
 
 
-def _digest(*parts: str) -> str:
+def digest(*parts: str) -> str:
     h = hashlib.blake2b(digest_size=16)
     for p in parts:
         h.update(p.encode("utf-8", "surrogatepass"))
@@ -48,11 +48,11 @@ def _digest(*parts: str) -> str:
 
 def transition_key(t: Transition) -> str:
     """Exact-duplicate key of a step: masked state, canonical action, masked next_state."""
-    return _digest(masked(t.state), t.action.canonical, masked(t.next_state))
+    return digest(masked(t.state), t.action.canonical, masked(t.next_state))
 
 
 def trajectory_key(trajectory: Sequence[Transition]) -> str:
-    return _digest(*(transition_key(t) for t in trajectory))
+    return digest(*(transition_key(t) for t in trajectory))
 
 
 def keeper_order(trajectory: Sequence[Transition]) -> tuple[str, str]:
@@ -168,7 +168,7 @@ def nondeterministic_steps(transitions: Iterable[Transition], threshold: float) 
     states this different (word-set Jaccard below ``threshold``). They are kept, flagged."""
     groups: dict[str, list[Transition]] = {}
     for t in transitions:
-        groups.setdefault(_digest(masked(t.state), t.action.canonical), []).append(t)
+        groups.setdefault(digest(masked(t.state), t.action.canonical), []).append(t)
     flagged = set()
     for members in groups.values():
         if len(members) < 2:

@@ -1,10 +1,12 @@
 """Where things live in a store, and how to list them.
 
-    <store>/raw/<domain>/<run_id>/part-NNNNN.arrow   finished shards
-    <store>/raw/<domain>/<run_id>/manifest.json      the run manifest (the list of finished shards)
+    <store>/raw/<domain>/<run_id>/part-NNNNN.arrow          finished shards of a collection run
+    <store>/raw/<domain>/<run_id>/manifest.json             the run manifest (the list of finished shards)
+    <store>/curated/<curation_id>/<domain>/part-NNNNN.arrow  what a curation kept (same files, same manifest)
+    <store>/rejected/<curation_id>/<domain>/part-NNNNN.arrow what it rejected
 
-Later stages add sibling trees (``curated/``, ``rejected/``, ``releases/``) with the same
-run-folder layout, so one listing serves them all.
+Raw trees group by domain first (runs come and go per domain); curation trees group by
+curation first (a curation is one unit). One listing serves them all.
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ def is_part_name(name: str) -> bool:
     return bool(_PART.match(name))
 
 
+RUN_FIRST = frozenset({"curated", "rejected"})
+
+
 def run_dir(sfs: StoreFS, kind: str, domain: str, run_id: str) -> str:
-    return sfs.join(kind, domain, run_id)
+    return sfs.join(kind, run_id, domain) if kind in RUN_FIRST else sfs.join(kind, domain, run_id)
 
 
 @dataclass(frozen=True)
@@ -54,13 +59,18 @@ class Run:
 
 def run_dirs(sfs: StoreFS, kind: str = "raw") -> list[tuple[str, str, str]]:
     """(domain, run_id, dir) of every run folder under ``<store>/<kind>``."""
+    from schemas.transition import DOMAINS
+
     found = []
-    for domain_info in sfs.listdir(sfs.join(kind)):
-        if domain_info.type.name != "Directory":
+    for outer in sfs.listdir(sfs.join(kind)):
+        if outer.type.name != "Directory" or outer.base_name.startswith(("_", ".")):
             continue
-        for run_info in sfs.listdir(domain_info.path):
-            if run_info.type.name == "Directory":
-                found.append((domain_info.base_name, run_info.base_name, run_info.path))
+        for inner in sfs.listdir(outer.path):
+            if inner.type.name != "Directory":
+                continue
+            domain, run_id = (inner.base_name, outer.base_name) if kind in RUN_FIRST else (outer.base_name, inner.base_name)
+            if domain in DOMAINS:
+                found.append((domain, run_id, inner.path))
     return found
 
 

@@ -55,7 +55,10 @@ class RunManifest:
         return (json.dumps(body, indent=1) + "\n").encode()
 
     def save(self, sfs: StoreFS, run_dir: str) -> None:
-        self.updated_at = datetime.now(UTC).isoformat()
+        if self.kind == "raw":
+            self.updated_at = datetime.now(UTC).isoformat()
+        else:  # curation outputs are byte-identical for the same input and config
+            self.created_at = self.updated_at = ""
         sfs.write_bytes_atomic(f"{run_dir}/{MANIFEST}", self.to_json())
 
     @classmethod

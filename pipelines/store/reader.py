@@ -88,7 +88,7 @@ class Store:
         for batch in self.iter_batches(kind):
             yield from from_record_batch(batch)
 
-    def relations(self, kind: str = "raw") -> list[Relation]:
+    def relations(self, kind: str = "raw", *, run_id: str | None = None) -> list[Relation]:
         """Lazy sources covering every readable shard, one per schema version.
 
         Current-version shards form a pyarrow dataset in the on-disk layout (DuckDB
@@ -97,6 +97,8 @@ class Store:
         """
         by_version: dict[int, list[str]] = {}
         for shard in self.readable_shards(kind):
+            if run_id is not None and shard.run.run_id != run_id:
+                continue
             by_version.setdefault(shard.entry.schema_version, []).append(shard.path)
         cur = current_version()
         sources: list[Relation] = []

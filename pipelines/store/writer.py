@@ -59,7 +59,9 @@ def _text_bytes(t: Transition) -> int:
 class ShardWriter:
     """Append-only writer of one (domain, run) folder; holds the folder's lock while open."""
 
-    def __init__(self, store: str | StoreFS, domain: str, run_id: str, options: WriterOptions | None = None) -> None:
+    def __init__(
+        self, store: str | StoreFS, domain: str, run_id: str, options: WriterOptions | None = None, *, kind: str = "raw"
+    ) -> None:
         if domain not in DOMAINS:
             raise SchemaError("domain", f"unknown domain {domain!r} (expected one of {', '.join(DOMAINS)})")
         if not run_id or "/" in run_id or run_id.startswith("."):
@@ -67,13 +69,14 @@ class ShardWriter:
         self.sfs = store if isinstance(store, StoreFS) else StoreFS.open(store)
         self.domain, self.run_id = domain, run_id
         self.options = options or WriterOptions()
-        self.dir = run_dir(self.sfs, "raw", domain, run_id)
+        self.dir = run_dir(self.sfs, kind, domain, run_id)
         self.sfs.makedirs(self.dir)
         self._exit = contextlib.ExitStack()
         self._exit.enter_context(self.sfs.lock(f"{self.dir}/{LOCK}"))
         try:
             # A killed writer may have left a .partial or an unlisted shard: recover first.
             self.manifest = repair_run_locked(self.sfs, self.dir, domain=domain, run_id=run_id)
+            self.manifest.kind = kind
         except BaseException:
             self._exit.close()
             raise
@@ -98,7 +101,7 @@ class ShardWriter:
     def write(self, transition: Transition) -> None:
         if transition.domain != self.domain:
             raise SchemaError("domain", f"{transition.domain!r} written to the {self.domain!r} folder")
-        if transition.provenance.run_id != self.run_id:
+        if self.manifest.kind == "raw" and transition.provenance.run_id != self.run_id:
             raise SchemaError("provenance.run_id", f"{transition.provenance.run_id!r} written to run {self.run_id!r}")
         self._rows.append(transition)
         self._buffered_bytes += _text_bytes(transition)
@@ -212,15 +215,16 @@ class ShardWriter:
 class StoreWriter:
     """Writes one run's transitions, routed to a ``ShardWriter`` per domain."""
 
-    def __init__(self, store: str | StoreFS, run_id: str, options: WriterOptions | None = None) -> None:
+    def __init__(self, store: str | StoreFS, run_id: str, options: WriterOptions | None = None, *, kind: str = "raw") -> None:
         self.sfs = store if isinstance(store, StoreFS) else StoreFS.open(store)
         self.run_id = run_id
         self.options = options or WriterOptions()
+        self.kind = kind
         self._writers: dict[str, ShardWriter] = {}
 
     def writer(self, domain: str) -> ShardWriter:
         if domain not in self._writers:
-            self._writers[domain] = ShardWriter(self.sfs, domain, self.run_id, self.options)
+            self._writers[domain] = ShardWriter(self.sfs, domain, self.run_id, self.options, kind=self.kind)
         return self._writers[domain]
 
     def write(self, transition: Transition) -> None:

@@ -1,0 +1,395 @@
+"""The curation pipeline's Beam wiring: thin DoFns and composite transforms around
+``pipelines.curate.logic``.
+
+Pass 1 (this module, on any Beam runner) turns every raw transition into a small record
+(ids, keys, MinHash signatures, flags) and decides, per transition, ``kept`` or
+``rejected`` with the stage and reason: validation, quality, decontamination, exact and
+near-duplicate trajectories (band keys grouped in Beam, candidate pairs confirmed by
+Jaccard, clusters by connected components computed in Beam), and the marks on kept
+transitions (a repeated step, non-determinism). Texts never cross a shuffle: a
+trajectory's signature is the element-wise minimum of its steps' signatures, which is the
+MinHash of the union of their shingles.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines.curate import logic
+from pipelines.curate.config import CurationConfig
+
+QUARANTINE = "quarantine"
+
+
+# -- per transition ---------------------------------------------------------------------------
+def transition_record(t, cfg: CurationConfig, index: logic.EvalIndex | None) -> dict[str, Any]:
+    """The small record of one transition that the rest of the pipeline works on."""
+    nd = cfg.near_dedup
+    words = t.domain in nd.word_domains
+    n = nd.word_ngram if words else nd.char_ngram
+    text = t.action.canonical + "\n" + logic.masked(t.next_state)
+    if t.step == 0:
+        text = logic.masked(t.state) + "\n" + text
+    sig = logic.signature(logic.shingles(text, words=words, n=n), nd)
+    quality = cfg.quality
+    flags = logic.transition_flags(t, quality) if quality.enabled else []
+    contamination = None
+    if index is not None:
+        contamination = index.contamination([t]) if t.step == 0 else _text_contamination(t, index)
+    return {
+        "tid": t.transition_id,
+        "traj": t.trajectory_id,
+        "step": t.step,
+        "domain": t.domain,
+        "order": f"1|{t.provenance.collected_at.isoformat()}|{t.trajectory_id}",
+        "tkey": logic.transition_key(t),
+        "sa": logic.digest(logic.masked(t.state), t.action.canonical),
+        "next_words": sorted(set(logic.masked(t.next_state).split()))[:2000],
+        "sig": sig.tobytes(),
+        "action": t.action.canonical,
+        "next_hash": logic.digest(logic.masked(t.next_state)),
+        "truncated": t.next_state.truncated,
+        "error": t.action_error is not None,
+        "flags": flags,
+        "contamination": contamination,
+    }
+
+
+def _text_contamination(t, index: logic.EvalIndex) -> str | None:
+    for g in logic.word_ngrams(t.next_state.text, index.n):
+        if g in index.ngrams:
+            return f"{index.n}-gram overlap with {index.ngrams[g]}"
+    return None
+
+
+class ReadTransitions(beam.DoFn):
+    """Shard path -> transition records; bad shards and bad records go to ``quarantine``."""
+
+    def __init__(self, store: str, config: dict[str, Any]) -> None:
+        self.store, self.config = store, config
+
+    def setup(self) -> None:
+        from pipelines.store.fs import StoreFS
+
+        self.cfg = CurationConfig.model_validate(self.config)
+        self.sfs = StoreFS.open(self.store)
+        d = self.cfg.decontaminate
+        self.index = logic.EvalIndex.from_files(d.eval_sets, d.ngram) if d.enabled and d.eval_sets else None
+
+    def process(self, path: str) -> Iterator[Any]:
+        from pipelines.store.shards import read_shard
+        from schemas.arrow import from_record_batch
+        from schemas.errors import ShardError
+        from schemas.validate import batch_problems
+
+        try:
+            for batch in read_shard(self.sfs, path):
+                bad: dict[int, str] = {}
+                for row, problem in batch_problems(batch):
+                    bad.setdefault(row, problem)
+                ids = batch.column("transition_id").to_pylist()
+                trajs = batch.column("trajectory_id").to_pylist()
+                domains = batch.column("domain").to_pylist()
+                for row, problem in sorted(bad.items()):
+                    yield beam.pvalue.TaggedOutput(QUARANTINE, _decision(
+                        ids[row], trajs[row], domains[row], "rejected", "validate", problem))  # fmt: skip
+                good = [i for i in range(batch.num_rows) if i not in bad]
+                if len(good) < batch.num_rows:
+                    batch = batch.take(good)
+                for t in from_record_batch(batch):
+                    yield transition_record(t, self.cfg, self.index)
+        except ShardError as exc:
+            yield beam.pvalue.TaggedOutput(QUARANTINE, _decision(None, None, None, "rejected", "validate", str(exc)))
+
+
+def _decision(tid, traj, domain, status, stage=None, reason=None, **extra) -> dict[str, Any]:
+    return {"tid": tid, "traj": traj, "domain": domain, "status": status, "stage": stage, "reason": reason,
+            "duplicate_of": None, "cluster": None, "flags": [], **extra}  # fmt: skip
+
+
+# -- per trajectory ---------------------------------------------------------------------------
+def summarise_trajectory(item: tuple[str, Iterable[dict]], cfg: dict[str, Any]) -> dict[str, Any]:
+    """Steps of one trajectory -> its keys, signature, and the reason to drop it, if any."""
+    traj, steps = item
+    steps = sorted(steps, key=lambda r: r["step"])
+    config = CurationConfig.model_validate(cfg)
+    q = config.quality
+    sig = np.frombuffer(steps[0]["sig"], dtype=np.uint64)
+    for r in steps[1:]:
+        sig = np.minimum(sig, np.frombuffer(r["sig"], dtype=np.uint64))
+    problem = None
+    if config.decontaminate.enabled:
+        problem = next((("decontaminate", r["contamination"]) for r in steps if r["contamination"]), None)
+    if problem is None and q.enabled:
+        reason = _trajectory_quality(steps, q)
+        problem = ("quality", reason) if reason else None
+    return {
+        "traj": traj,
+        "domain": steps[0]["domain"],
+        "order": min(r["order"] for r in steps),
+        "key": logic.digest(*(r["tkey"] for r in steps)),
+        "sig": sig.tobytes(),
+        "problem": problem,
+    }
+
+
+def _trajectory_quality(steps: list[dict], q) -> str | None:
+    if sum(r["truncated"] for r in steps) / len(steps) > q.max_truncated_ratio:
+        return f"truncated observations: over {q.max_truncated_ratio:.0%} of steps"
+    run = longest = 1
+    for prev, cur in itertools.pairwise(steps):
+        run = run + 1 if cur["action"] == prev["action"] else 1
+        longest = max(longest, run)
+    if longest >= q.max_repeated_action:
+        return f"degenerate: the same action {longest} times in a row"
+    counts: dict[str, int] = {}
+    for r in steps:
+        counts[r["next_hash"]] = counts.get(r["next_hash"], 0) + 1
+    if max(counts.values()) >= q.max_state_loop:
+        return f"degenerate: a loop through the same state {max(counts.values())} times"
+    if all(r["error"] for r in steps):
+        return "every action failed"
+    return None
+
+
+class ExactDuplicates(beam.PTransform):
+    """(trajectory summaries) -> (kept summaries, rejections): one keeper per key, the earliest."""
+
+    def expand(self, summaries):
+        def pick(item):
+            _, members = item
+            members = sorted(members, key=lambda s: s["order"])
+            keeper = members[0]
+            yield keeper
+            for m in members[1:]:
+                yield beam.pvalue.TaggedOutput("dropped", (m["traj"], ("exact_dedup", f"exact duplicate of {keeper['traj']}")))
+
+        return (
+            summaries
+            | "KeyByContent" >> beam.Map(lambda s: (s["key"], s))
+            | "GroupByContent" >> beam.GroupByKey()
+            | "PickKeeper" >> beam.FlatMap(pick).with_outputs("dropped", main="kept")
+        )
+
+
+class NearDuplicates(beam.PTransform):
+    """(trajectory summaries) -> near-duplicate edges -> components -> rejections of all but
+    the representative (the earliest) of each cluster."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, summaries):
+        nd = CurationConfig.model_validate(self.cfg).near_dedup
+        rounds = nd.max_components_rounds
+
+        def bands(s):
+            sig = np.frombuffer(s["sig"], dtype=np.uint64)
+            for key in logic.band_keys(sig, nd):
+                yield key, (s["order"], s["sig"])
+
+        def pairs(item):
+            _, members = item
+            members = sorted(set(members))
+            for i in range(len(members)):
+                for j in range(i + 1, len(members)):
+                    yield (members[i][0], members[j][0]), (members[i][1], members[j][1])
+
+        def confirm(item):
+            (a, b), sigs = item
+            sa, sb = next(iter(sigs))
+            if logic.estimated_jaccard(np.frombuffer(sa, np.uint64), np.frombuffer(sb, np.uint64)) >= nd.threshold:
+                yield a, b
+
+        edges = (
+            summaries
+            | "BandKeys" >> beam.FlatMap(bands)
+            | "GroupByBand" >> beam.GroupByKey()
+            | "CandidatePairs" >> beam.FlatMap(pairs)
+            | "UniquePairs" >> beam.GroupByKey()
+            | "ConfirmByJaccard" >> beam.FlatMap(confirm)
+        )
+        return edges | "Components" >> ConnectedComponents(rounds)
+
+
+class ConnectedComponents(beam.PTransform):
+    """Undirected edges -> (node, smallest node of its component), by ``rounds`` of
+    min-label propagation (hash-to-min); enough for the short chains near-duplicates form."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__()
+        self.rounds = rounds
+
+    def expand(self, edges):
+        both = edges | "BothWays" >> beam.FlatMap(lambda e: [e, (e[1], e[0])])
+        labels = both | "StartLabels" >> beam.Map(lambda e: (e[0], min(e)))
+        labels = labels | "StartMin" >> beam.CombinePerKey(min)
+        for i in range(self.rounds):
+            spread = {"edges": both, "label": labels} | f"Join{i}" >> beam.CoGroupByKey() | f"Spread{i}" >> beam.FlatMap(_spread)
+            labels = spread | f"Min{i}" >> beam.CombinePerKey(min)
+        return labels
+
+
+def _spread(item):
+    node, grouped = item
+    labels = list(grouped["label"])
+    label = min(labels) if labels else node
+    yield node, label
+    for neighbour in grouped["edges"]:
+        yield neighbour, label
+
+
+def decide(summaries, records, cfg: dict[str, Any]):
+    """All decisions: one dict per transition (see ``_decision``)."""
+    config = CurationConfig.model_validate(cfg)
+    dropped = []
+    clean = summaries | "SplitProblems" >> beam.FlatMap(
+        lambda s: [beam.pvalue.TaggedOutput("dropped", (s["traj"], s["problem"]))] if s["problem"] else [s]
+    ).with_outputs("dropped", main="ok")
+    dropped.append(clean.dropped)
+    kept = clean.ok
+    if config.exact_dedup.enabled and config.exact_dedup.trajectories:
+        exact = kept | "Exact" >> ExactDuplicates()
+        dropped.append(exact.dropped)
+        kept = exact.kept
+    if config.near_dedup.enabled:
+        labels = kept | "Near" >> NearDuplicates(cfg)
+        node_traj = kept | "OrderToTraj" >> beam.Map(lambda s: (s["order"], s["traj"]))
+        near = (
+            {"label": labels, "traj": node_traj}
+            | "JoinLabels" >> beam.CoGroupByKey()
+            | "NearVerdicts" >> beam.FlatMap(_near_verdict)
+        )
+        dropped.append(near)
+    rejected = dropped | "AllDropped" >> beam.Flatten()
+    cluster_of = (labels | "LabelToTraj" >> beam.Map(lambda kv: (kv[0], kv[1]))) if config.near_dedup.enabled else None
+    by_traj = records | "RecordsByTraj" >> beam.Map(lambda r: (r["traj"], r))
+    joined = {"records": by_traj, "rejected": rejected}
+    if cluster_of is not None:
+        cluster_by_traj = (
+            {"label": cluster_of, "traj": node_traj}
+            | "ClusterJoin" >> beam.CoGroupByKey()
+            | "ClusterByTraj"
+            >> beam.FlatMap(
+                lambda item: [(t, lbl.split("|", 2)[2]) for lbl in list(item[1]["label"])[:1] for t in item[1]["traj"]]
+            )
+        )
+        joined["cluster"] = cluster_by_traj
+    steps = joined | "JoinDecisions" >> beam.CoGroupByKey() | "StepDecisions" >> beam.FlatMap(_step_decisions)
+    return steps | "MarkRepeats" >> MarkTransitions(cfg)
+
+
+def _near_verdict(item):
+    node, grouped = item
+    labels, trajs = list(grouped["label"]), list(grouped["traj"])
+    if labels and trajs and labels[0] != node:
+        rep = labels[0].split("|", 2)[2]
+        yield trajs[0], ("near_dedup", f"near duplicate of {rep}")
+
+
+def _step_decisions(item):
+    traj, grouped = item
+    verdicts = sorted(grouped["rejected"])
+    clusters = list(grouped.get("cluster") or [])
+    cluster = clusters[0] if clusters else None
+    for r in grouped["records"]:
+        if verdicts:
+            stage, reason = verdicts[0]
+            d = _decision(r["tid"], traj, r["domain"], "rejected", stage, reason, cluster=cluster)
+        else:
+            d = _decision(r["tid"], traj, r["domain"], "kept", cluster=cluster, flags=list(r["flags"]))
+        d["_tkey"], d["_sa"], d["_order"], d["_words"] = r["tkey"], r["sa"], r["order"], r["next_words"]
+        yield d
+
+
+class MarkTransitions(beam.PTransform):
+    """Kept steps that repeat an earlier kept step get ``duplicate_of``; steps whose
+    (state, action) led to very different next states across runs get ``nondeterministic``."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, decisions):
+        config = CurationConfig.model_validate(self.cfg)
+        mark_repeats = config.exact_dedup.enabled and config.exact_dedup.transitions
+        threshold = config.quality.nondeterminism_jaccard
+
+        def repeats(item):
+            _, members = item
+            members = sorted(members, key=lambda d: (d["_order"], d["tid"]))
+            kept = [d for d in members if d["status"] == "kept"]
+            first = kept[0]["tid"] if kept and mark_repeats else None
+            for d in members:
+                if first and d["status"] == "kept" and d["tid"] != first:
+                    d = {**d, "duplicate_of": first}
+                yield d
+
+        def nondeterminism(item):
+            _, members = item
+            members = list(members)
+            words = [set(d["_words"]) for d in members]
+            flagged = set()
+            for i in range(len(members)):
+                for j in range(i + 1, len(members)):
+                    union = words[i] | words[j]
+                    if union and len(words[i] & words[j]) / len(union) < threshold:
+                        flagged.update((i, j))
+            for i, d in enumerate(members):
+                out = {k: v for k, v in d.items() if not k.startswith("_")}
+                if i in flagged and d["status"] == "kept":
+                    out["flags"] = [*out["flags"], "nondeterministic"]
+                yield out
+
+        return (
+            decisions
+            | "ByStepKey" >> beam.Map(lambda d: (d["_tkey"], d))
+            | "GroupSteps" >> beam.GroupByKey()
+            | "Repeats" >> beam.FlatMap(repeats)
+            | "ByStateAction" >> beam.Map(lambda d: (d["_sa"], d))
+            | "GroupStateAction" >> beam.GroupByKey()
+            | "Nondeterminism" >> beam.FlatMap(nondeterminism)
+        )
+
+
+def build(pipeline, shard_paths: list[str], store: str, cfg: dict[str, Any], previous: list[dict] | None = None):
+    """The whole pass-1 graph: shard paths -> (one decision per transition and quarantine,
+    summaries of the trajectories kept). ``previous`` are kept trajectories of earlier
+    curations (rank 0: they always win, and are never output again)."""
+    read = (
+        pipeline
+        | "ShardPaths" >> beam.Create(sorted(shard_paths))
+        | "Reshuffle" >> beam.Reshuffle()
+        | "Read" >> beam.ParDo(ReadTransitions(store, cfg)).with_outputs(QUARANTINE, main="records")
+    )
+    summaries = (
+        read.records
+        | "ByTrajectory" >> beam.Map(lambda r: (r["traj"], r))
+        | "GroupTrajectory" >> beam.GroupByKey()
+        | "Summarise" >> beam.Map(summarise_trajectory, cfg)
+    )
+    if previous:
+        earlier = pipeline | "Previous" >> beam.Create(previous)
+        summaries = (summaries, earlier) | "WithPrevious" >> beam.Flatten()
+    decisions = decide(summaries, read.records, cfg)
+    kept_ids = decisions | "KeptTraj" >> beam.FlatMap(lambda d: [(d["traj"], None)] if d["status"] == "kept" else [])
+    kept_summaries = (
+        {
+            "kept": kept_ids | "OnePerTraj" >> beam.Distinct(),
+            "summary": summaries | "SumByTraj" >> beam.Map(lambda s: (s["traj"], s)),
+        }
+        | "JoinKept" >> beam.CoGroupByKey()
+        | "KeptSummaries" >> beam.FlatMap(lambda item: list(item[1]["summary"])[:1] if list(item[1]["kept"]) else [])
+    )
+    return (decisions, read[QUARANTINE]) | "WithQuarantine" >> beam.Flatten(), kept_summaries
+
+
+def to_json(d: dict[str, Any]) -> str:
+    return json.dumps(d, sort_keys=True)

@@ -1,0 +1,148 @@
+"""The curation pipeline: Beam wiring with TestPipeline, and end to end on real stores."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that
+
+from collectors.synth import Synthesizer
+from pipelines.curate.config import CurationConfig, Decontaminate
+from pipelines.curate.run import curate
+from pipelines.query import run_query
+from pipelines.store import Store, StoreWriter
+from tests.conftest import SMALL, cli
+
+IN_MEMORY = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+
+
+def synth_store(path: Path, n: int = 400, seed: int = 3, duplicates: float = 0.3):
+    gen = Synthesizer(seed, duplicates=duplicates, **SMALL)
+    with StoreWriter(str(path), gen.run_id) as w:
+        w.write_many(gen.transitions(n))
+    return gen.summary
+
+
+def test_beam_wiring_decides_every_transition_once_and_finds_the_planted_duplicates(tmp_path):
+    from pipelines.curate.beam import build
+
+    summary = synth_store(tmp_path / "s")
+    paths = [s.path for s in Store(tmp_path / "s").shards()]
+    cfg = CurationConfig().model_dump(mode="json")
+
+    def check(decisions):
+        ids = [d["tid"] for d in decisions]
+        assert len(ids) == len(set(ids)) == summary.transitions
+        rejected = {d["traj"]: d["stage"] for d in decisions if d["status"] == "rejected"}
+        stages = sorted(rejected.values())
+        assert stages.count("exact_dedup") == summary.exact_duplicate_trajectories
+        assert stages.count("near_dedup") == summary.near_duplicate_trajectories
+
+    with BeamTestPipeline(argv=IN_MEMORY) as p:
+        decisions, _kept = build(p, paths, str(tmp_path / "s"), cfg)
+        assert_that(decisions | beam.combiners.ToList(), lambda lists: check(lists[0]))
+
+
+def test_curation_end_to_end_views_report_and_noop_rerun(tmp_path):
+    summary = synth_store(tmp_path / "s")
+    report = curate(CurationConfig(), str(tmp_path / "s"), beam_args=IN_MEMORY, log=lambda m: None)
+    assert report.transitions_in == summary.transitions == report.kept + report.rejected
+    assert report.by_stage["exact_dedup"] > 0 and report.by_stage["near_dedup"] > 0
+    assert sum(report.cluster_sizes.values()) >= 1
+    got = run_query("SELECT count(DISTINCT trajectory_id) AS n FROM rejected WHERE stage LIKE '%dedup'", str(tmp_path / "s"))
+    planted = summary.exact_duplicate_trajectories + summary.near_duplicate_trajectories
+    assert got.to_pylist() == [{"n": planted}]
+    kept = run_query("SELECT count(*) AS n, count(DISTINCT curation_id) AS c FROM curated", str(tmp_path / "s"))
+    assert kept.to_pylist() == [{"n": report.kept, "c": 1}]
+    again = curate(CurationConfig(), str(tmp_path / "s"), beam_args=IN_MEMORY, log=lambda m: None)
+    assert again.noop
+
+
+def test_same_input_and_config_give_byte_identical_output(tmp_path):
+    for name in ("a", "b"):
+        synth_store(tmp_path / name)
+        curate(CurationConfig(), str(tmp_path / name), beam_args=IN_MEMORY, log=lambda m: None)
+    (cid,) = [p.name for p in (tmp_path / "a" / "curated").iterdir() if not p.name.startswith("_")]
+    for tree in ("curated", "rejected"):
+        left, right = tmp_path / "a" / tree / cid, tmp_path / "b" / tree / cid
+        files = sorted(
+            str(p.relative_to(left)) for p in left.rglob("*") if p.is_file() and p.name not in ("report.json", ".lock")
+        )
+        assert files and files == sorted(
+            str(p.relative_to(right)) for p in right.rglob("*") if p.is_file() and p.name not in ("report.json", ".lock")
+        )
+        _match, mismatch, errors = filecmp.cmpfiles(left, right, files, shallow=False)
+        assert not mismatch and not errors
+
+
+def test_a_later_curation_dedupes_against_earlier_ones(tmp_path):
+    store = tmp_path / "s"
+    gen = Synthesizer(5, duplicates=0.0, **SMALL)
+    first = list(gen.transitions(150))
+    with StoreWriter(str(store), "day1") as w:
+        w.write_many([replace(t, provenance=replace(t.provenance, run_id="day1")) for t in first])
+    r1 = curate(CurationConfig(), str(store), beam_args=IN_MEMORY, log=lambda m: None)
+    assert r1.rejected == 0
+    # day 2: fresh trajectories plus copies of day-1 trajectories under new ids
+    fresh = list(Synthesizer(6, duplicates=0.0, **SMALL).transitions(60))
+    copied_traj = first[0].trajectory_id
+    copies = [t.evolve(trajectory_id="day2-copy", provenance=replace(t.provenance, run_id="day2"))
+              for t in first if t.trajectory_id == copied_traj]  # fmt: skip
+    with StoreWriter(str(store), "day2") as w:
+        w.write_many([replace(t, provenance=replace(t.provenance, run_id="day2")) for t in fresh] + copies)
+    r2 = curate(CurationConfig(), str(store), beam_args=IN_MEMORY, log=lambda m: None)
+    assert r2.curation_id != r1.curation_id and r2.transitions_in == len(fresh) + len(copies)
+    rows = run_query(f"SELECT DISTINCT stage, reason FROM rejected WHERE curation_id = '{r2.curation_id}'", str(store))
+    assert rows.to_pylist() == [{"stage": "exact_dedup", "reason": f"exact duplicate of {copied_traj}"}]
+
+
+def test_bad_records_are_quarantined_secrets_scrubbed_and_eval_tasks_removed(tmp_path):
+    store = tmp_path / "s"
+    ts = list(Synthesizer(7, duplicates=0.0, **SMALL).transitions(120))
+    secret = "sk-proj-" + "a1b2c3d4" * 4
+    leaky = ts[0].evolve(next_state=replace(ts[0].next_state, text=f"export KEY={secret}\n", volatile_spans=()))
+    broken = replace(ts[5], content_hash="0" * 32)  # fails validation
+    evals = tmp_path / "eval.jsonl"
+    target = next(t for t in ts if t.step == 0 and t.trajectory_id != ts[0].trajectory_id)
+    evals.write_text(json.dumps({"task_id": "bench/1", "instruction": target.instruction * 3}) + "\n")
+    with StoreWriter(str(store), "synth-s7") as w:
+        w.write_many([leaky, *ts[1:5], broken, *ts[6:]])
+    cfg = CurationConfig(quality={"enabled": False}, decontaminate=Decontaminate(eval_sets=[str(evals)], ngram=5))
+    report = curate(cfg, str(store), beam_args=IN_MEMORY, log=lambda m: None)
+    assert report.scrubbed == {"openai_key": 1}
+    q = run_query(f"SELECT stage, reason FROM rejected WHERE transition_id = '{broken.transition_id}'", str(store))
+    assert q.to_pylist() == [{"stage": "validate", "reason": "content_hash: does not match state, action and next_state"}]
+    text = run_query(f"SELECT next_state.text AS t FROM curated WHERE transition_id = '{leaky.transition_id}'", str(store))
+    assert secret not in text.to_pylist()[0]["t"] and "<openai_key>" in text.to_pylist()[0]["t"]
+    dec = run_query("SELECT DISTINCT trajectory_id, reason FROM rejected WHERE stage = 'decontaminate'", str(store))
+    assert {r["trajectory_id"] for r in dec.to_pylist()} >= {target.trajectory_id}
+    assert all(r["reason"] == "5-gram overlap with eval.jsonl" for r in dec.to_pylist())
+
+
+def test_cli_runs_on_the_embedded_multiprocess_runner_and_refuses_bad_configs(tmp_path):
+    synth_store(tmp_path / "s", n=120)
+    out = cli("curate", "examples/curation/default.yaml", "--store", str(tmp_path / "s"), "--json").stdout
+    report = json.loads(out)
+    assert report["transitions_in"] == 120 and report["kept"] + report["rejected"] == 120
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("near_dedup: {num_perm: 100, bands: 30, rows: 4}\n")
+    proc = cli("curate", str(bad), "--store", str(tmp_path / "s"), check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+        f"error: {bad}: near_dedup: bands x rows must equal num_perm: 30 x 4 != 100"
+    )
+
+
+@pytest.mark.parametrize("runner_flag", ["--runner=DataflowRunner"])
+def test_beam_options_pass_through(runner_flag):
+    from pipelines.curate.run import beam_options
+
+    opts = beam_options([runner_flag, "--project=p"]).get_all_options()
+    assert opts["runner"] == "DataflowRunner" and opts["project"] == "p"
+    local = beam_options([]).get_all_options()
+    assert local["runner"] == "DirectRunner" and local["direct_running_mode"] == "multi_processing"
