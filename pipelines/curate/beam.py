@@ -36,7 +36,7 @@ def transition_record(t, cfg: CurationConfig, index: logic.EvalIndex | None) -> 
     text = t.action.canonical + "\n" + logic.masked(t.next_state)
     if t.step == 0:
         text = logic.masked(t.state) + "\n" + text
-    sig = logic.signature(logic.shingles(text, words=words, n=n), nd)
+    sig = logic.signature(logic.shingle_hashes(text, words=words, n=n), nd)
     quality = cfg.quality
     flags = logic.transition_flags(t, quality) if quality.enabled else []
     contamination = None

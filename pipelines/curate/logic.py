@@ -24,13 +24,15 @@ from schemas.transition import Action, Observation, Transition, content_hash, ma
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _BLANKS = re.compile(r"[ \t]+")
+_EDGES = re.compile(r"^ | $", re.MULTILINE)
+_GARBAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 
 
 def normalise(text: str) -> str:
     """For hashing and comparison only: no ANSI or control codes, LF, single blanks, no trailing blanks."""
     text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROL.sub("", text)
-    return "\n".join(_BLANKS.sub(" ", line).strip() for line in text.split("\n")).strip()
+    return _EDGES.sub("", _BLANKS.sub(" ", text)).strip()
 
 
 def masked(obs: Observation) -> str:
@@ -70,23 +72,49 @@ def trajectory_text(trajectory: Sequence[Transition]) -> str:
     return "\n".join(parts)
 
 
-def shingles(text: str, *, words: bool, n: int) -> list[bytes]:
-    """Character n-grams (terminal output, code) or word n-grams (prose), as bytes."""
+_FNV = np.uint64(1099511628211)
+
+
+def _mix64(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, vectorised: spreads polynomial hashes over all 64 bits."""
+    with np.errstate(over="ignore"):
+        z = h + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def shingle_hashes(text: str, *, words: bool, n: int) -> np.ndarray:
+    """64-bit hashes of the distinct shingles: byte n-grams of the UTF-8 text (terminal
+    output, code) or word n-grams (prose). Computed with numpy, not per shingle in Python."""
     if words:
-        tokens = text.split()
-        grams = [" ".join(tokens[i : i + n]) for i in range(max(len(tokens) - n + 1, 1))]
+        tokens = text.split() or [""]
+        units = np.array(
+            [int.from_bytes(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big") for t in tokens],
+            dtype=np.uint64,
+        )
     else:
-        grams = [text[i : i + n] for i in range(max(len(text) - n + 1, 1))]
-    return sorted({g.encode("utf-8", "surrogatepass") for g in grams if g})
+        units = np.frombuffer(text.encode("utf-8", "surrogatepass") or b"\0", dtype=np.uint8).astype(np.uint64)
+    if len(units) < n:
+        units = np.concatenate([units, np.zeros(n - len(units), dtype=np.uint64)])
+    windows = np.lib.stride_tricks.sliding_window_view(units, n)
+    with np.errstate(over="ignore"):
+        powers = _FNV ** np.arange(n - 1, -1, -1, dtype=np.uint64)
+        h = (windows * powers).sum(axis=1, dtype=np.uint64)
+    return np.unique(_mix64(h))
 
 
-def signature(grams: Sequence[bytes], cfg: NearDedup) -> np.ndarray:
-    """A 64-bit MinHash signature (datasketch's vectorised hashing, fixed seed)."""
+def _identity(x):
+    return x
+
+
+def signature(hashes: np.ndarray, cfg: NearDedup) -> np.ndarray:
+    """A 64-bit MinHash signature: datasketch's vectorised affine64 permutations (fixed
+    seed) over precomputed 64-bit shingle hashes."""
     from datasketch import MinHash
-    from datasketch.hashfunc import sha1_hash64
 
-    m = MinHash(num_perm=cfg.num_perm, seed=1, hashfunc=sha1_hash64, scheme="affine64")
-    m.update_batch(list(grams))
+    m = MinHash(num_perm=cfg.num_perm, seed=1, hashfunc=_identity, scheme="affine64")
+    m.update_batch(hashes)
     return m.hashvalues.astype(np.uint64)
 
 
@@ -155,7 +183,7 @@ def transition_flags(t: Transition, cfg: Quality) -> list[str]:
     if len(text) < cfg.min_chars or len(text) > cfg.max_chars:
         flags.append(f"exclude:length_{len(text)}")
     if text:
-        garbage = sum(1 for c in text if c == "\ufffd" or (not c.isprintable() and c not in "\n\t")) / len(text)
+        garbage = len(_GARBAGE.findall(text)) / len(text)
         if garbage > cfg.max_garbage_ratio:
             flags.append("exclude:non_text")
     if t.next_state.truncated:

@@ -18,7 +18,7 @@ from pipelines.curate.logic import (
     normalise,
     scrub_text,
     scrub_transition,
-    shingles,
+    shingle_hashes,
     signature,
     trajectory_key,
     trajectory_problem,
@@ -106,8 +106,9 @@ def _labelled_corpus(seed=0, n_base=120):
 def test_near_duplicate_precision_and_recall_on_a_labelled_set():
     cfg = NearDedup(num_perm=128, bands=32, rows=4, threshold=0.8, char_ngram=5)
     docs = _labelled_corpus()
-    grams = {k: set(shingles(v, words=False, n=cfg.char_ngram)) for k, v in docs.items()}
-    sigs = {k: signature(sorted(g), cfg) for k, g in grams.items()}
+    hashes = {k: shingle_hashes(v, words=False, n=cfg.char_ngram) for k, v in docs.items()}
+    grams = {k: set(h.tolist()) for k, h in hashes.items()}
+    sigs = {k: signature(h, cfg) for k, h in hashes.items()}
     buckets: dict[str, list[str]] = {}
     for k, s in sigs.items():
         for b in band_keys(s, cfg):
