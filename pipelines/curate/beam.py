@@ -28,14 +28,15 @@ QUARANTINE = "quarantine"
 
 
 # -- per transition ---------------------------------------------------------------------------
-def transition_record(t, cfg: CurationConfig, index: logic.EvalIndex | None) -> dict[str, Any]:
+def transition_record(t, cfg: CurationConfig, index: logic.EvalIndex | None, shard: int = 0) -> dict[str, Any]:
     """The small record of one transition that the rest of the pipeline works on."""
     nd = cfg.near_dedup
     words = t.domain in nd.word_domains
     n = nd.word_ngram if words else nd.char_ngram
-    text = t.action.canonical + "\n" + logic.masked(t.next_state)
+    masked_state, masked_next = logic.masked(t.state), logic.masked(t.next_state)
+    text = t.action.canonical + "\n" + masked_next
     if t.step == 0:
-        text = logic.masked(t.state) + "\n" + text
+        text = masked_state + "\n" + text
     sig = logic.signature(logic.shingle_hashes(text, words=words, n=n), nd)
     quality = cfg.quality
     flags = logic.transition_flags(t, quality) if quality.enabled else []
@@ -48,12 +49,13 @@ def transition_record(t, cfg: CurationConfig, index: logic.EvalIndex | None) -> 
         "step": t.step,
         "domain": t.domain,
         "order": f"1|{t.provenance.collected_at.isoformat()}|{t.trajectory_id}",
-        "tkey": logic.transition_key(t),
-        "sa": logic.digest(logic.masked(t.state), t.action.canonical),
-        "next_words": sorted(set(logic.masked(t.next_state).split()))[:2000],
+        "shard": shard,
+        "tkey": logic.digest(masked_state, t.action.canonical, masked_next),  # = logic.transition_key(t)
+        "sa": logic.digest(masked_state, t.action.canonical),
+        "next_words": logic.word_signature(masked_next).tobytes(),
         "sig": sig.tobytes(),
         "action": t.action.canonical,
-        "next_hash": logic.digest(logic.masked(t.next_state)),
+        "next_hash": logic.digest(masked_next),
         "truncated": t.next_state.truncated,
         "error": t.action_error is not None,
         "flags": flags,
@@ -82,7 +84,8 @@ class ReadTransitions(beam.DoFn):
         d = self.cfg.decontaminate
         self.index = logic.EvalIndex.from_files(d.eval_sets, d.ngram) if d.enabled and d.eval_sets else None
 
-    def process(self, path: str) -> Iterator[Any]:
+    def process(self, item: tuple[int, str]) -> Iterator[Any]:
+        shard, path = item
         from pipelines.store.shards import read_shard
         from schemas.arrow import from_record_batch
         from schemas.errors import ShardError
@@ -98,14 +101,14 @@ class ReadTransitions(beam.DoFn):
                 domains = batch.column("domain").to_pylist()
                 for row, problem in sorted(bad.items()):
                     yield beam.pvalue.TaggedOutput(QUARANTINE, _decision(
-                        ids[row], trajs[row], domains[row], "rejected", "validate", problem))  # fmt: skip
+                        ids[row], trajs[row], domains[row], "rejected", "validate", problem, shard=shard))  # fmt: skip
                 good = [i for i in range(batch.num_rows) if i not in bad]
                 if len(good) < batch.num_rows:
                     batch = batch.take(good)
                 for t in from_record_batch(batch):
-                    yield transition_record(t, self.cfg, self.index)
+                    yield transition_record(t, self.cfg, self.index, shard)
         except ShardError as exc:
-            yield beam.pvalue.TaggedOutput(QUARANTINE, _decision(None, None, None, "rejected", "validate", str(exc)))
+            yield beam.pvalue.TaggedOutput(QUARANTINE, _decision(None, None, None, "rejected", "validate", str(exc), shard=shard))
 
 
 def _decision(tid, traj, domain, status, stage=None, reason=None, **extra) -> dict[str, Any]:
@@ -306,6 +309,7 @@ def _step_decisions(item):
         else:
             d = _decision(r["tid"], traj, r["domain"], "kept", cluster=cluster, flags=list(r["flags"]))
         d["_tkey"], d["_sa"], d["_order"], d["_words"] = r["tkey"], r["sa"], r["order"], r["next_words"]
+        d["shard"] = r["shard"]
         yield d
 
 
@@ -335,12 +339,11 @@ class MarkTransitions(beam.PTransform):
         def nondeterminism(item):
             _, members = item
             members = list(members)
-            words = [set(d["_words"]) for d in members]
+            sigs = [np.frombuffer(d["_words"], dtype=np.uint64) for d in members]
             flagged = set()
             for i in range(len(members)):
                 for j in range(i + 1, len(members)):
-                    union = words[i] | words[j]
-                    if union and len(words[i] & words[j]) / len(union) < threshold:
+                    if logic.estimated_jaccard(sigs[i], sigs[j]) < threshold:
                         flagged.update((i, j))
             for i, d in enumerate(members):
                 out = {k: v for k, v in d.items() if not k.startswith("_")}
@@ -365,7 +368,7 @@ def build(pipeline, shard_paths: list[str], store: str, cfg: dict[str, Any], pre
     curations (rank 0: they always win, and are never output again)."""
     read = (
         pipeline
-        | "ShardPaths" >> beam.Create(sorted(shard_paths))
+        | "ShardPaths" >> beam.Create(list(enumerate(shard_paths)))
         | "Reshuffle" >> beam.Reshuffle()
         | "Read" >> beam.ParDo(ReadTransitions(store, cfg)).with_outputs(QUARANTINE, main="records")
     )
@@ -393,3 +396,31 @@ def build(pipeline, shard_paths: list[str], store: str, cfg: dict[str, Any], pre
 
 def to_json(d: dict[str, Any]) -> str:
     return json.dumps(d, sort_keys=True)
+
+
+class WriteDecisionFiles(beam.PTransform):
+    """One JSON-lines file of decisions per input shard (``NNNNNN.jsonl``, sorted), so the
+    write pass holds one shard's decisions at a time."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def expand(self, decisions):
+        folder = self.folder
+
+        def write(item):
+            from pipelines.store.fs import StoreFS
+
+            shard, members = item
+            lines = sorted(to_json(d) for d in members)
+            sfs = StoreFS.open(folder)
+            sfs.write_bytes_atomic(sfs.join(f"{shard:06d}.jsonl"), ("\n".join(lines) + "\n").encode())
+            yield shard
+
+        return (
+            decisions
+            | "ByShard" >> beam.Map(lambda d: (d["shard"], d))
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShardDecisions" >> beam.FlatMap(write)
+        )

@@ -126,6 +126,16 @@ def band_keys(sig: np.ndarray, cfg: NearDedup) -> list[str]:
     ]
 
 
+WORDS_PERM = 32
+
+
+def word_signature(text: str) -> np.ndarray:
+    """A small MinHash of a text's word set: how different two next states are, in 256 bytes."""
+    from pipelines.curate.config import NearDedup
+
+    return signature(shingle_hashes(text, words=True, n=1), NearDedup(num_perm=WORDS_PERM, bands=WORDS_PERM, rows=1))
+
+
 def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.count_nonzero(a == b)) / len(a)
 

@@ -137,7 +137,7 @@ def _previous(sfs: StoreFS) -> list[dict[str, Any]]:
 def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None = None, log=print) -> CurationReport:
     import apache_beam as beam
 
-    from pipelines.curate.beam import build, to_json
+    from pipelines.curate.beam import WriteDecisionFiles, build
 
     store = Store(store_uri)
     sfs = store.sfs
@@ -161,46 +161,50 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
 
     t0 = time.monotonic()
     log(f"curation {cid}: pass 1 (Beam) over {len(paths)} shards")
+    (work / "decisions").mkdir()
     with beam.Pipeline(options=beam_options(beam_args)) as p:
         decisions, kept = build(p, paths, store_uri, config, _previous(sfs))
-        decisions | "WriteDecisions" >> beam.Map(to_json) | "ToText" >> beam.io.WriteToText(str(work / "decisions"))
+        decisions | "WriteDecisions" >> WriteDecisionFiles(str(work / "decisions"))
         kept | "KeptJson" >> beam.Map(to_json_summary) | "KeptText" >> beam.io.WriteToText(str(work / "kept"))
     report.seconds["pass1_beam"] = time.monotonic() - t0
 
     t1 = time.monotonic()
-    decisions = {}
-    quarantine = []
-    for d in _json_lines(work / "decisions*"):
-        if d["tid"] is None:
-            quarantine.append(d)
-        else:
-            decisions[d["tid"]] = d
-    log(f"curation {cid}: pass 2 (write) of {len(decisions)} decisions")
-    attrs: dict[str, list[dict]] = {"curated": [], "rejected": []}
-    scrubbed: Counter = Counter()
+    log(f"curation {cid}: pass 2 (scrub and write), one input shard at a time")
+    tally = _Tally()
+    writers = {}
+    for tree in ("curated", "rejected"):
+        Path(sfs.join(tree, cid)).mkdir(parents=True, exist_ok=True)
+        writers[tree] = pq.ParquetWriter(sfs.join(tree, cid, "attributes.parquet"), ATTRIBUTES, compression="zstd")
     with StoreWriter(sfs, cid, kind="curated") as kept_w, StoreWriter(sfs, cid, kind="rejected") as rej_w:
-        for path in paths:
+        for i, path in enumerate(paths):
+            decision_file = work / "decisions" / f"{i:06d}.jsonl"
+            decisions = {}
+            rows: dict[str, list[dict]] = {"curated": [], "rejected": []}
+            for d in _json_lines(decision_file) if decision_file.exists() else ():
+                if d["tid"] is None or d["stage"] == "validate":  # quarantined: in the attributes only
+                    rows["rejected"].append(_attribute(d))
+                else:
+                    decisions[d["tid"]] = d
             for batch in read_shard(sfs, path):
                 for t in from_record_batch(batch):
-                    d = decisions.get(t.transition_id)
                     report.transitions_in += 1
-                    if d is None or d["stage"] == "validate":  # quarantined: in the attributes only
+                    d = decisions.get(t.transition_id)
+                    if d is None:
                         continue
                     if cfg.scrub.enabled:
                         t, counts = scrub_transition(t, cfg.scrub.kinds)
-                        scrubbed.update(counts)
+                        tally.scrubbed.update(counts)
                     tree = "curated" if d["status"] == "kept" else "rejected"
                     (kept_w if tree == "curated" else rej_w).write(t)
-                    attrs[tree].append(_attribute(d))
-    for q in quarantine + [d for d in decisions.values() if d["stage"] == "validate"]:
-        attrs["rejected"].append(_attribute(q))
+                    rows[tree].append(_attribute(d))
+            for tree, items in rows.items():
+                tally.add(tree, items)
+                if items:
+                    writers[tree].write_table(pa.Table.from_pylist(items, schema=ATTRIBUTES))
+    for w in writers.values():
+        w.close()
     report.seconds["pass2_write"] = time.monotonic() - t1
-    _summarise(report, attrs, scrubbed, len(quarantine))
-    for tree, rows in attrs.items():
-        target = Path(sfs.join(tree, cid))
-        target.mkdir(parents=True, exist_ok=True)
-        rows.sort(key=lambda r: (r["domain"] or "", r["trajectory_id"] or "", r["transition_id"] or "", r["reason"] or ""))
-        pq.write_table(pa.Table.from_pylist(rows, schema=ATTRIBUTES), target / "attributes.parquet", compression="zstd")
+    tally.fill(report)
     index_dir = Path(sfs.join("curated", "_index"))
     index_dir.mkdir(parents=True, exist_ok=True)
     summaries = list(_json_lines(work / "kept*"))
@@ -234,30 +238,40 @@ def _attribute(d: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _summarise(report: CurationReport, attrs: dict[str, list[dict]], scrubbed: Counter, quarantined: int) -> None:
-    report.kept = len(attrs["curated"])
-    report.rejected = len(attrs["rejected"])
-    stage, reason, domain, flags, clusters = Counter(), Counter(), {}, Counter(), Counter()
-    for tree, rows in attrs.items():
+class _Tally:
+    """Report counters, filled one input shard at a time."""
+
+    def __init__(self) -> None:
+        self.kept = self.rejected = self.repeats = 0
+        self.stage: Counter = Counter()
+        self.reason: Counter = Counter()
+        self.flags: Counter = Counter()
+        self.scrubbed: Counter = Counter()
+        self.domain: dict[str, dict[str, int]] = {}
+        self.cluster_trajs: set[tuple[str, str]] = set()
+
+    def add(self, tree: str, rows: list[dict]) -> None:
         for r in rows:
-            d = domain.setdefault(r["domain"] or "?", {"kept": 0, "rejected": 0})
-            d["kept" if tree == "curated" else "rejected"] += 1
-            if tree == "rejected":
-                stage[r["stage"]] += 1
-                reason[_reason_family(r["reason"] or "")] += 1
-            flags.update(f.split(":")[-1] for f in r["flags"])
+            d = self.domain.setdefault(r["domain"] or "?", {"kept": 0, "rejected": 0})
+            if tree == "curated":
+                self.kept += 1
+                d["kept"] += 1
+                self.repeats += bool(r["duplicate_of"])
+            else:
+                self.rejected += 1
+                d["rejected"] += 1
+                self.stage[r["stage"]] += 1
+                self.reason[_reason_family(r["reason"] or "")] += 1
+            self.flags.update(f.split(":")[-1] for f in r["flags"])
             if r["cluster"]:
-                clusters[r["cluster"]] += 1
-    report.by_stage, report.by_reason, report.by_domain = dict(stage), dict(reason), domain
-    report.flags, report.scrubbed = dict(flags), dict(scrubbed)
-    report.marked_duplicate_steps = sum(1 for r in attrs["curated"] if r["duplicate_of"])
-    sizes = Counter()
-    trajs = {(r["cluster"], r["trajectory_id"]) for rows in attrs.values() for r in rows if r["cluster"]}
-    for members in Counter(c for c, _ in trajs).values():
-        sizes[members] += 1
-    report.cluster_sizes = {str(k): v for k, v in sizes.items()}
-    if quarantined:
-        report.by_stage["validate"] = report.by_stage.get("validate", 0)
+                self.cluster_trajs.add((r["cluster"], r["trajectory_id"]))
+
+    def fill(self, report: CurationReport) -> None:
+        report.kept, report.rejected, report.marked_duplicate_steps = self.kept, self.rejected, self.repeats
+        report.by_stage, report.by_reason, report.by_domain = dict(self.stage), dict(self.reason), self.domain
+        report.flags, report.scrubbed = dict(self.flags), dict(self.scrubbed)
+        sizes = Counter(Counter(c for c, _ in self.cluster_trajs).values())
+        report.cluster_sizes = {str(k): v for k, v in sorted(sizes.items())}
 
 
 def _reason_family(reason: str) -> str:
