@@ -13,7 +13,6 @@ MinHash of the union of their shingles.
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -54,10 +53,9 @@ def transition_record(t, cfg: CurationConfig, index: logic.EvalIndex | None, sha
         "sa": logic.digest(masked_state, t.action.canonical),
         "next_words": logic.word_signature(masked_next).tobytes(),
         "sig": sig.tobytes(),
-        "action": t.action.canonical,
-        "next_hash": logic.digest(masked_next),
-        "truncated": t.next_state.truncated,
-        "error": t.action_error is not None,
+        "summary": logic.StepSummary(
+            t.action.canonical, logic.digest(masked_next), t.next_state.truncated, t.action_error is not None
+        ),
         "flags": flags,
         "contamination": contamination,
     }
@@ -130,7 +128,7 @@ def summarise_trajectory(item: tuple[str, Iterable[dict]], cfg: dict[str, Any]) 
     if config.decontaminate.enabled:
         problem = next((("decontaminate", r["contamination"]) for r in steps if r["contamination"]), None)
     if problem is None and q.enabled:
-        reason = _trajectory_quality(steps, q)
+        reason = logic.trajectory_problem([r["summary"] for r in steps], q)
         problem = ("quality", reason) if reason else None
     return {
         "traj": traj,
@@ -140,25 +138,6 @@ def summarise_trajectory(item: tuple[str, Iterable[dict]], cfg: dict[str, Any]) 
         "sig": sig.tobytes(),
         "problem": problem,
     }
-
-
-def _trajectory_quality(steps: list[dict], q) -> str | None:
-    if sum(r["truncated"] for r in steps) / len(steps) > q.max_truncated_ratio:
-        return f"truncated observations: over {q.max_truncated_ratio:.0%} of steps"
-    run = longest = 1
-    for prev, cur in itertools.pairwise(steps):
-        run = run + 1 if cur["action"] == prev["action"] else 1
-        longest = max(longest, run)
-    if longest >= q.max_repeated_action:
-        return f"degenerate: the same action {longest} times in a row"
-    counts: dict[str, int] = {}
-    for r in steps:
-        counts[r["next_hash"]] = counts.get(r["next_hash"], 0) + 1
-    if max(counts.values()) >= q.max_state_loop:
-        return f"degenerate: a loop through the same state {max(counts.values())} times"
-    if all(r["error"] for r in steps):
-        return "every action failed"
-    return None
 
 
 class ExactDuplicates(beam.PTransform):
@@ -339,12 +318,7 @@ class MarkTransitions(beam.PTransform):
         def nondeterminism(item):
             _, members = item
             members = list(members)
-            sigs = [np.frombuffer(d["_words"], dtype=np.uint64) for d in members]
-            flagged = set()
-            for i in range(len(members)):
-                for j in range(i + 1, len(members)):
-                    if logic.estimated_jaccard(sigs[i], sigs[j]) < threshold:
-                        flagged.update((i, j))
+            flagged = logic.nondeterministic([np.frombuffer(d["_words"], dtype=np.uint64) for d in members], threshold)
             for i, d in enumerate(members):
                 out = {k: v for k, v in d.items() if not k.startswith("_")}
                 if i in flagged and d["status"] == "kept":

@@ -160,24 +160,37 @@ def components(edges: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 
 # -- quality ------------------------------------------------------------------------------------
-def trajectory_problem(trajectory: Sequence[Transition], cfg: Quality) -> str | None:
-    """Why a whole trajectory is dropped, or None."""
-    if not trajectory:
+@dataclass(frozen=True)
+class StepSummary:
+    """What trajectory-level quality needs of a step (small enough to cross a shuffle)."""
+
+    action: str  # canonical
+    next_hash: str  # digest of the masked next state
+    truncated: bool
+    failed: bool
+
+
+def step_summary(t: Transition) -> StepSummary:
+    return StepSummary(t.action.canonical, digest(masked(t.next_state)), t.next_state.truncated, t.action_error is not None)
+
+
+def trajectory_problem(steps: Sequence[StepSummary], cfg: Quality) -> str | None:
+    """Why a whole trajectory (its steps in order) is dropped, or None."""
+    if not steps:
         return "empty trajectory"
-    truncated = sum(t.next_state.truncated for t in trajectory) / len(trajectory)
+    truncated = sum(s.truncated for s in steps) / len(steps)
     if truncated > cfg.max_truncated_ratio:
         return f"truncated observations: {truncated:.0%} of steps > {cfg.max_truncated_ratio:.0%}"
     run, longest = 1, 1
-    for prev, cur in itertools.pairwise(trajectory):
-        run = run + 1 if cur.action.canonical == prev.action.canonical else 1
+    for prev, cur in itertools.pairwise(steps):
+        run = run + 1 if cur.action == prev.action else 1
         longest = max(longest, run)
     if longest >= cfg.max_repeated_action:
         return f"degenerate: the same action {longest} times in a row"
-    states = Counter(masked(t.next_state) for t in trajectory)
-    _state, n = states.most_common(1)[0]
+    _state, n = Counter(s.next_hash for s in steps).most_common(1)[0]
     if n >= cfg.max_state_loop:
         return f"degenerate: a loop through the same state {n} times"
-    if all(t.action_error for t in trajectory):
+    if all(s.failed for s in steps):
         return "every action failed"
     return None
 
@@ -201,22 +214,14 @@ def transition_flags(t: Transition, cfg: Quality) -> list[str]:
     return flags
 
 
-def nondeterministic_steps(transitions: Iterable[Transition], threshold: float) -> set[str]:
-    """Transition ids whose masked (state, action) led elsewhere in another run, with next
-    states this different (word-set Jaccard below ``threshold``). They are kept, flagged."""
-    groups: dict[str, list[Transition]] = {}
-    for t in transitions:
-        groups.setdefault(digest(masked(t.state), t.action.canonical), []).append(t)
+def nondeterministic(word_signatures: Sequence[np.ndarray], threshold: float) -> set[int]:
+    """Of the steps that share a masked (state, action), the indices whose next states differ
+    from another's by word-set Jaccard below ``threshold``: kept, but flagged."""
     flagged = set()
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        words = [set(masked(t.next_state).split()) for t in members]
-        for i in range(len(members)):
-            for j in range(i + 1, len(members)):
-                union = words[i] | words[j]
-                if union and len(words[i] & words[j]) / len(union) < threshold:
-                    flagged.update((members[i].transition_id, members[j].transition_id))
+    for i in range(len(word_signatures)):
+        for j in range(i + 1, len(word_signatures)):
+            if estimated_jaccard(word_signatures[i], word_signatures[j]) < threshold:
+                flagged.update((i, j))
     return flagged
 
 

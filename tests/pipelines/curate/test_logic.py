@@ -14,16 +14,18 @@ from pipelines.curate.logic import (
     band_keys,
     components,
     estimated_jaccard,
-    nondeterministic_steps,
+    nondeterministic,
     normalise,
     scrub_text,
     scrub_transition,
     shingle_hashes,
     signature,
+    step_summary,
     trajectory_key,
     trajectory_problem,
     transition_flags,
     transition_key,
+    word_signature,
 )
 from schemas import Action, Observation, Provenance, Transition, VolatileSpan, transition_problems
 from schemas.errors import ConfigError
@@ -137,24 +139,27 @@ def test_connected_components_are_deterministic():
 def test_quality_drops_degenerate_trajectories_and_flags_steps():
     cfg = Quality(max_repeated_action=3, max_state_loop=3)
     same = [step(f"out {i}", action="ls", i=i) for i in range(4)]
-    assert trajectory_problem(same, cfg) == "degenerate: the same action 4 times in a row"
+
+    def problem(traj):
+        return trajectory_problem([step_summary(t) for t in traj], cfg)
+
+    assert problem(same) == "degenerate: the same action 4 times in a row"
     loop = [step("same screen", action=f"cmd{i}", i=i) for i in range(5)]
-    assert trajectory_problem(loop, cfg) == "degenerate: a loop through the same state 5 times"
+    assert problem(loop) == "degenerate: a loop through the same state 5 times"
     cut = [step("x", action=f"c{i}", i=i, truncated=i < 2) for i in range(3)]
-    assert trajectory_problem(cut, cfg).startswith("truncated observations: 67%")
+    assert problem(cut).startswith("truncated observations: 67%")
     fine = [step(f"out {i}", action=f"c{i}", i=i) for i in range(3)]
-    assert trajectory_problem(fine, cfg) is None
+    assert problem(fine) is None
     assert transition_flags(step("   "), cfg) == ["exclude:empty_next_state"]
     assert transition_flags(step("$ ", error="bad action"), cfg) == ["exclude:error_only"]
     assert "exclude:non_text" in transition_flags(step("\ufffd\ufffd\x01ab"), cfg)
 
 
 def test_nondeterminism_is_flagged_not_dropped():
-    a = step("alpha beta gamma delta", action="run-it", traj="t1")
-    b = step("something else entirely happened", action="run-it", traj="t2")
-    c = step("alpha beta gamma delta", action="run-it", traj="t3")
-    assert nondeterministic_steps([a, b, c], 0.5) == {a.transition_id, b.transition_id, c.transition_id}
-    assert nondeterministic_steps([a, c], 0.5) == set()
+    same, other = "alpha beta gamma delta epsilon zeta", "something else entirely happened here today"
+    sigs = [word_signature(t) for t in (same, other, same)]
+    assert nondeterministic(sigs, 0.5) == {0, 1, 2}
+    assert nondeterministic([sigs[0], sigs[2]], 0.5) == set()
 
 
 @pytest.mark.parametrize(
