@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_size(n: int, work: Path) -> dict:
+def run_size(n: int, work: Path, per_pass: int) -> dict:
     store = work / f"store-{n}"
     subprocess.run([sys.executable, "-m", "trajforge", "synth", str(store), "-n", str(n), "--duplicates", "0.1",
                     "--seed", "11"], check=True, capture_output=True, cwd=ROOT)  # fmt: skip
@@ -33,7 +33,8 @@ def run_size(n: int, work: Path) -> dict:
         check=True, capture_output=True, text=True, cwd=ROOT).stdout)  # fmt: skip
     code = (
         "import json, resource; from pipelines.curate.config import load_curation; from pipelines.curate.run import curate;"
-        f"r = curate(load_curation('examples/curation/default.yaml'), {str(store)!r}, log=lambda m: None);"
+        f"cfg = load_curation('examples/curation/default.yaml'); cfg.max_transitions_per_pass = {per_pass};"
+        f"r = curate(cfg, {str(store)!r}, log=lambda m: None);"
         "import dataclasses; d = dataclasses.asdict(r);"
         "d['self_rss_mb'] = int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1e3;"
         "d['children_rss_mb'] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e3; print(json.dumps(d))"
@@ -61,13 +62,17 @@ def run_size(n: int, work: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="250000,500000,1000000")
+    ap.add_argument("--max-per-pass", type=int, default=100_000, help="transitions per Beam pass (bounds memory)")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="trajforge-curate-"))
     try:
-        rows = [run_size(int(n), work) for n in args.sizes.split(",")]
+        rows = [run_size(int(n), work, args.max_per_pass) for n in args.sizes.split(",")]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n### Curation ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, DirectRunner multi_processing)\n")
+    print(
+        f"\n### Curation ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, DirectRunner multi_processing, "
+        f"{args.max_per_pass:,} transitions per Beam pass)\n"
+    )
     print(
         "| transitions | wall s | pass 1 (Beam) s | pass 2 (write) s | transitions/s per core | driver peak MB "
         "| largest worker peak MB | exact dup trajectories found / planted | near found / planted |"

@@ -336,13 +336,14 @@ class MarkTransitions(beam.PTransform):
         )
 
 
-def build(pipeline, shard_paths: list[str], store: str, cfg: dict[str, Any], previous: list[dict] | None = None):
+def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: dict[str, Any],
+          previous: list[dict] | None = None):  # fmt: skip
     """The whole pass-1 graph: shard paths -> (one decision per transition and quarantine,
     summaries of the trajectories kept). ``previous`` are kept trajectories of earlier
     curations (rank 0: they always win, and are never output again)."""
     read = (
         pipeline
-        | "ShardPaths" >> beam.Create(list(enumerate(shard_paths)))
+        | "ShardPaths" >> beam.Create(sorted(shard_paths.items() if isinstance(shard_paths, dict) else enumerate(shard_paths)))
         | "Reshuffle" >> beam.Reshuffle()
         | "Read" >> beam.ParDo(ReadTransitions(store, cfg)).with_outputs(QUARANTINE, main="records")
     )

@@ -7,7 +7,6 @@ permutations, thresholds must lie in [0, 1], shingle sizes must be positive.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -89,7 +88,7 @@ class CurationConfig(Strict):
     quality: Quality = Quality()
     scrub: Scrub = Scrub()
     decontaminate: Decontaminate = Decontaminate()
-    runner: Literal["direct", "dataflow", "flink", "spark", "portable"] = "direct"
+    max_transitions_per_pass: int = Field(100_000, ge=100)  # Beam passes over groups of runs: bounded memory
 
 
 def load_curation(path: str | Path) -> CurationConfig:

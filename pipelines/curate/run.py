@@ -97,8 +97,9 @@ def _curated_inputs(sfs: StoreFS) -> set[str]:
     return done
 
 
-def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str]]:
-    """(path relative to the store, sha256) of the raw shards this curation takes."""
+def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str, int, str]]:
+    """(path relative to the store, sha256, rows, first collected_at) of the raw shards this
+    curation takes."""
     done = _curated_inputs(store.sfs)
     picked = []
     for shard in store.readable_shards("raw"):
@@ -106,12 +107,34 @@ def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str]]:
             continue
         rel = os.path.relpath(shard.path, store.sfs.root)
         if rel not in done:
-            picked.append((rel, shard.entry.sha256))
+            picked.append((rel, shard.entry.sha256, shard.entry.rows, shard.entry.min_collected_at or ""))
     return sorted(picked)
 
 
-def curation_id(cfg: CurationConfig, inputs: list[tuple[str, str]]) -> str:
-    body = json.dumps({"config": cfg.model_dump(mode="json"), "inputs": inputs}, sort_keys=True)
+def pass_groups(inputs: list[tuple[str, str, int, str]], limit: int) -> list[list[int]]:
+    """Input indices in groups of at most ``limit`` transitions, each group one bounded Beam
+    pass. Run folders stay whole (a trajectory never spans two runs) and go in the order of
+    their first transition, so what a pass keeps wins against later passes as the earliest
+    copy should."""
+    first: dict[str, str] = {}
+    for rel, _, _, started in inputs:
+        folder = os.path.dirname(rel)
+        first[folder] = min(first.get(folder, started), started)
+    groups: list[list[int]] = []
+    size = 0
+    for folder in sorted(first, key=lambda f: (first[f], f)):
+        members = [i for i, item in enumerate(inputs) if os.path.dirname(item[0]) == folder]
+        rows = sum(inputs[i][2] for i in members)
+        if not groups or size + rows > limit:
+            groups.append([])
+            size = 0
+        groups[-1].extend(members)
+        size += rows
+    return [sorted(g) for g in groups]
+
+
+def curation_id(cfg: CurationConfig, inputs: list[tuple[str, str, int, str]]) -> str:
+    body = json.dumps({"config": cfg.model_dump(mode="json"), "inputs": [i[:2] for i in inputs]}, sort_keys=True)
     return f"{cfg.name}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
 
@@ -125,12 +148,17 @@ def beam_options(beam_args: list[str] | None):
     return PipelineOptions(args)
 
 
+def _as_previous(r: dict[str, Any]) -> dict[str, Any]:
+    """A kept trajectory of an earlier curation or pass: rank 0, it always wins."""
+    sig = r["sig"] if isinstance(r["sig"], bytes) else bytes.fromhex(r["sig"])
+    return {"traj": r["traj"], "domain": r["domain"], "order": "0|" + r["order"].split("|", 1)[1], "key": r["key"],
+            "sig": sig, "problem": None}  # fmt: skip
+
+
 def _previous(sfs: StoreFS) -> list[dict[str, Any]]:
     rows = []
     for path in sorted(glob.glob(os.path.join(sfs.join("curated", "_index"), "*.parquet"))):
-        for r in pq.read_table(path).to_pylist():
-            rows.append({"traj": r["traj"], "domain": r["domain"], "order": "0|" + r["order"].split("|", 1)[1],
-                         "key": r["key"], "sig": r["sig"], "problem": None})  # fmt: skip
+        rows += [_as_previous(r) for r in pq.read_table(path).to_pylist()]
     return rows
 
 
@@ -157,15 +185,20 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     shutil.rmtree(Path(sfs.join("rejected", cid)), ignore_errors=True)
     work.mkdir(parents=True)
     config = cfg.model_dump(mode="json")
-    paths = [sfs.join(rel) for rel, _ in inputs]
+    paths = [sfs.join(item[0]) for item in inputs]
 
     t0 = time.monotonic()
-    log(f"curation {cid}: pass 1 (Beam) over {len(paths)} shards")
     (work / "decisions").mkdir()
-    with beam.Pipeline(options=beam_options(beam_args)) as p:
-        decisions, kept = build(p, paths, store_uri, config, _previous(sfs))
-        decisions | "WriteDecisions" >> WriteDecisionFiles(str(work / "decisions"))
-        kept | "KeptJson" >> beam.Map(to_json_summary) | "KeptText" >> beam.io.WriteToText(str(work / "kept"))
+    previous = _previous(sfs)
+    groups = pass_groups(inputs, cfg.max_transitions_per_pass)
+    for g, group in enumerate(groups):
+        log(f"curation {cid}: pass 1 (Beam) {g + 1}/{len(groups)} over {len(group)} shards")
+        with beam.Pipeline(options=beam_options(beam_args)) as p:
+            decisions, kept = build(p, {i: paths[i] for i in group}, store_uri, config, previous)
+            decisions | "WriteDecisions" >> WriteDecisionFiles(str(work / "decisions"))
+            kept | "KeptJson" >> beam.Map(to_json_summary) | "KeptText" >> beam.io.WriteToText(str(work / f"kept-{g:04d}"))
+        # what this pass kept wins against later passes, as earlier curations do
+        previous += [_as_previous(s) for s in _json_lines(work / f"kept-{g:04d}*")]
     report.seconds["pass1_beam"] = time.monotonic() - t0
 
     t1 = time.monotonic()
@@ -211,7 +244,7 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     summaries.sort(key=lambda s: s["traj"])
     index_rows = [{**s, "sig": bytes.fromhex(s["sig"])} for s in summaries if s["order"].startswith("1|")]
     pq.write_table(pa.Table.from_pylist(index_rows, schema=INDEX), index_dir / f"{cid}.parquet", compression="zstd")
-    (index_dir / f"{cid}.json").write_text(json.dumps({"inputs": [rel for rel, _ in inputs]}, indent=1))
+    (index_dir / f"{cid}.json").write_text(json.dumps({"inputs": [item[0] for item in inputs]}, indent=1))
     shutil.rmtree(work)
     report.seconds["total"] = time.monotonic() - t0
     report_path.write_text(json.dumps(asdict(report), indent=1, sort_keys=True))

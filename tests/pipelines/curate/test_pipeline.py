@@ -5,6 +5,7 @@ from __future__ import annotations
 import filecmp
 import json
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import apache_beam as beam
@@ -146,3 +147,29 @@ def test_beam_options_pass_through(runner_flag):
     assert opts["runner"] == "DataflowRunner" and opts["project"] == "p"
     local = beam_options([]).get_all_options()
     assert local["runner"] == "DirectRunner" and local["direct_running_mode"] == "multi_processing"
+
+
+def test_passes_over_groups_of_runs_decide_like_one_pass(tmp_path):
+    from pipelines.curate.run import pass_groups
+
+    shards = [("raw/a/r/p0", "x", 60, "2026-02"), ("raw/a/r/p1", "x", 60, "2026-03"), ("raw/b/r/p0", "x", 50, "2026-01")]
+    assert pass_groups(shards, 100) == [[2], [0, 1]]  # runs whole, earliest first
+    results = {}
+    for name, limit in (("one", 100_000), ("many", 100)):
+        synth_store(tmp_path / name)
+        # a second run with copies of the first run's trajectories: found across passes
+        first = list(Store(tmp_path / name).iter_transitions())
+        trajs = sorted({t.trajectory_id for t in first})[:5]
+        later = {"run_id": "later"}
+        copies = [
+            t.evolve(trajectory_id=f"copy-{t.trajectory_id}",
+                     provenance=replace(t.provenance, collected_at=t.provenance.collected_at + timedelta(days=1), **later))
+            for t in first if t.trajectory_id in trajs
+        ]  # fmt: skip
+        with StoreWriter(str(tmp_path / name), "later") as w:
+            w.write_many(copies)
+        curate(CurationConfig(max_transitions_per_pass=limit), str(tmp_path / name), beam_args=IN_MEMORY, log=lambda m: None)
+        rows = run_query("SELECT trajectory_id, stage FROM rejected ORDER BY 1", str(tmp_path / name)).to_pylist()
+        results[name] = {(r["trajectory_id"], r["stage"]) for r in rows}
+    assert results["one"] == results["many"]
+    assert {f"copy-{t}" for t in trajs} <= {t for t, stage in results["many"] if stage == "exact_dedup"}
