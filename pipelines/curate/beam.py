@@ -175,27 +175,46 @@ class NearDuplicates(beam.PTransform):
         def bands(s):
             sig = np.frombuffer(s["sig"], dtype=np.uint64)
             for key in logic.band_keys(sig, nd):
-                yield key, (s["order"], s["sig"])
+                yield key, s["order"]
 
         def pairs(item):
             _, members = item
             members = sorted(set(members))
             for i in range(len(members)):
                 for j in range(i + 1, len(members)):
-                    yield (members[i][0], members[j][0]), (members[i][1], members[j][1])
+                    yield members[i], members[j]
 
         def confirm(item):
-            (a, b), sigs = item
-            sa, sb = next(iter(sigs))
-            if logic.estimated_jaccard(np.frombuffer(sa, np.uint64), np.frombuffer(sb, np.uint64)) >= nd.threshold:
-                yield a, b
+            # the pair's two signatures meet here: (first, [(second, sig)...]) joined with first's sig
+            node, grouped = item
+            sigs = list(grouped["sig"])
+            if not sigs:
+                return
+            mine = np.frombuffer(sigs[0], np.uint64)
+            for other, other_sig in set(grouped["pairs"]):
+                if logic.estimated_jaccard(mine, np.frombuffer(other_sig, np.uint64)) >= nd.threshold:
+                    yield node, other
 
-        edges = (
+        sig_by_node = summaries | "SigByNode" >> beam.Map(lambda s: (s["order"], s["sig"]))
+        candidates = (
             summaries
             | "BandKeys" >> beam.FlatMap(bands)
             | "GroupByBand" >> beam.GroupByKey()
             | "CandidatePairs" >> beam.FlatMap(pairs)
-            | "UniquePairs" >> beam.GroupByKey()
+            | "UniquePairs" >> beam.Distinct()
+        )
+        # attach the second node's signature, then meet the first node's
+        with_second = (
+            {"pairs": candidates | "BySecond" >> beam.Map(lambda p: (p[1], p[0])), "sig": sig_by_node}
+            | "JoinSecond" >> beam.CoGroupByKey()
+            | "SecondSig"
+            >> beam.FlatMap(
+                lambda item: [(first, (item[0], sig)) for sig in list(item[1]["sig"])[:1] for first in item[1]["pairs"]]
+            )
+        )
+        edges = (
+            {"pairs": with_second, "sig": sig_by_node}
+            | "JoinFirst" >> beam.CoGroupByKey()
             | "ConfirmByJaccard" >> beam.FlatMap(confirm)
         )
         return edges | "Components" >> ConnectedComponents(rounds)

@@ -28,8 +28,8 @@ class ExactDedup(Strict):
 class NearDedup(Strict):
     enabled: bool = True
     num_perm: int = Field(128, ge=8, le=1024)
-    bands: int = Field(32, ge=1)
-    rows: int = Field(4, ge=1)
+    bands: int = Field(16, ge=1)
+    rows: int = Field(8, ge=1)
     threshold: float = Field(0.8, ge=0.0, le=1.0)  # Jaccard that confirms a candidate pair
     char_ngram: int = Field(5, ge=1, le=64)
     word_ngram: int = Field(3, ge=1, le=32)

@@ -106,7 +106,7 @@ def _labelled_corpus(seed=0, n_base=120):
 
 
 def test_near_duplicate_precision_and_recall_on_a_labelled_set():
-    cfg = NearDedup(num_perm=128, bands=32, rows=4, threshold=0.8, char_ngram=5)
+    cfg = NearDedup()  # the defaults: 128 permutations, 16 bands x 8 rows, threshold 0.8
     docs = _labelled_corpus()
     hashes = {k: shingle_hashes(v, words=False, n=cfg.char_ngram) for k, v in docs.items()}
     grams = {k: set(h.tolist()) for k, h in hashes.items()}
