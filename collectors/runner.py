@@ -35,7 +35,7 @@ from collectors.registry import env_class, make_env
 from collectors.wrappers import Recorder, StepLimit, TimeLimit
 from pipelines.store import Store, StoreWriter
 from pipelines.store.fs import StoreFS
-from schemas.errors import StoreError, TrajforgeError
+from schemas.errors import TrajforgeError
 from schemas.transition import Provenance, Transition
 
 COLLECTOR = "trajforge.collectors"
@@ -275,9 +275,4 @@ def _record(result: EpisodeResult, writer: StoreWriter, ledger, summary: JobSumm
     ledger.flush()
 
 
-def job_lock_holder(store: str, job_id: str) -> str | None:
-    path = Path(StoreFS.open(store).join("jobs", job_id, ".lock"))
-    return path.read_text().strip() if path.exists() else None
-
-
-__all__ = ["EpisodeResult", "EpisodeSpec", "JobSummary", "StoreError", "plan", "run_episode", "run_job"]
+__all__ = ["EpisodeResult", "EpisodeSpec", "JobSummary", "plan", "run_episode", "run_job"]

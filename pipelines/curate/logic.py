@@ -57,21 +57,7 @@ def trajectory_key(trajectory: Sequence[Transition]) -> str:
     return digest(*(transition_key(t) for t in trajectory))
 
 
-def keeper_order(trajectory: Sequence[Transition]) -> tuple[str, str]:
-    """Which copy is kept: the earliest collected, then the smallest id (deterministic)."""
-    return trajectory[0].provenance.collected_at.isoformat(), trajectory[0].trajectory_id
-
-
 # -- near duplicates ----------------------------------------------------------------------------
-def trajectory_text(trajectory: Sequence[Transition]) -> str:
-    """What near-duplicate detection compares: the actions and what they produced."""
-    parts = [masked(trajectory[0].state)] if trajectory else []
-    for t in trajectory:
-        parts.append(t.action.canonical)
-        parts.append(masked(t.next_state))
-    return "\n".join(parts)
-
-
 _FNV = np.uint64(1099511628211)
 
 

@@ -20,7 +20,7 @@ from schemas.errors import ShardError, StoreError
 from schemas.validate import batch_problems
 from schemas.versions import migrate, schema_for
 
-TREES = ("raw",)
+TREES = ("raw", "curated", "rejected")  # collection runs and curation outputs share one format
 
 
 @dataclass
