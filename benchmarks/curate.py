@@ -51,8 +51,8 @@ def run_size(n: int, work: Path, per_pass: int) -> dict:
     found = dict(rejected)
     shutil.rmtree(store)
     return {
-        "n": n, "wall": wall, "rate_core": n / wall / (os.cpu_count() or 1), "pass1": report["seconds"]["pass1_beam"],
-        "pass2": report["seconds"]["pass2_write"], "driver_mb": report["self_rss_mb"], "worker_mb": report["children_rss_mb"],
+        "n": n, "wall": wall, "rate_core": n / wall / (os.cpu_count() or 1), "beam": report["seconds"]["beam"],
+        "finalise": report["seconds"]["finalise"], "driver_mb": report["self_rss_mb"], "worker_mb": report["children_rss_mb"],
         "exact_found": found.get("exact_dedup", 0), "near_found": found.get("near_dedup", 0),
         "exact_planted": planted["exact_duplicate_trajectories"], "near_planted": planted["near_duplicate_trajectories"],
         "kept": report["kept"], "rejected": report["rejected"],
@@ -74,13 +74,13 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.max_per_pass:,} transitions per Beam pass)\n"
     )
     print(
-        "| transitions | wall s | pass 1 (Beam) s | pass 2 (write) s | transitions/s per core | driver peak MB "
+        "| transitions | wall s | Beam passes s | finalise s | transitions/s per core | driver peak MB "
         "| largest worker peak MB | exact dup trajectories found / planted | near found / planted |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['n']:,} | {r['wall']:.0f} | {r['pass1']:.0f} | {r['pass2']:.0f} | {r['rate_core']:.0f} | {r['driver_mb']:.0f} "
+            f"| {r['n']:,} | {r['wall']:.0f} | {r['beam']:.0f} | {r['finalise']:.0f} | {r['rate_core']:.0f} | {r['driver_mb']:.0f} "
             f"| {r['worker_mb']:.0f} | {r['exact_found']} / {r['exact_planted']} | {r['near_found']} / {r['near_planted']} |"
         )
 

@@ -71,15 +71,22 @@ def validate_transition(t: Transition) -> Transition:
     return t
 
 
-def batch_problems(batch: pa.RecordBatch | pa.Table) -> Iterator[tuple[int, str]]:
-    """(row, problem) for every problem of every record in a batch of the current schema."""
+def checked_rows(batch: pa.RecordBatch | pa.Table, *, check: bool = True) -> Iterator[tuple[int, Transition | None, list[str]]]:
+    """(row, transition or None, problems) for every record of a batch of the current
+    schema, converting the batch once; ``check=False`` skips the field checks."""
     rows = iter(from_record_batch(batch))
     for i in range(batch.num_rows):
         try:
             t = next(rows)
         except SchemaError as exc:  # construction refused the row (unknown domain, ...)
-            yield i, str(exc)
+            yield i, None, [str(exc)]
             rows = iter(from_record_batch(batch.slice(i + 1)))
             continue
-        for problem in transition_problems(t):
+        yield i, t, list(transition_problems(t)) if check else []
+
+
+def batch_problems(batch: pa.RecordBatch | pa.Table) -> Iterator[tuple[int, str]]:
+    """(row, problem) for every problem of every record in a batch of the current schema."""
+    for i, _t, problems in checked_rows(batch):
+        for problem in problems:
             yield i, problem

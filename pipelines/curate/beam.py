@@ -1,75 +1,45 @@
 """The curation pipeline's Beam wiring: thin DoFns and composite transforms around
-``pipelines.curate.logic``.
+``pipelines.curate.logic``, ``records`` and ``output``.
 
-Pass 1 (this module, on any Beam runner) turns every raw transition into a small record
-(ids, keys, MinHash signatures, flags) and decides, per transition, ``kept`` or
-``rejected`` with the stage and reason: validation, quality, decontamination, exact and
-near-duplicate trajectories (band keys grouped in Beam, candidate pairs confirmed by
-Jaccard, clusters by connected components computed in Beam), and the marks on kept
-transitions (a repeated step, non-determinism). Texts never cross a shuffle: a
-trajectory's signature is the element-wise minimum of its steps' signatures, which is the
-MinHash of the union of their shingles.
+One pass over a group of input shards, on any Beam runner:
+
+1. ``ReadChunks``: each shard's record batches -> one chunk per trajectory (partial
+   MinHash signature, small step tuples); bad records and shards go to ``quarantine``.
+2. Trajectories: chunks grouped by trajectory -> a summary (exact key, signature,
+   problem) and its steps. Texts never cross a shuffle.
+3. Decisions per trajectory: problems (decontamination, quality), exact duplicates (one
+   keeper per key), near duplicates (band keys grouped, candidate pairs confirmed by
+   Jaccard, clusters by connected components in Beam); earlier curations' and passes'
+   kept trajectories take part with rank 0, so they always win.
+4. Marks per step, grouped by (masked state, action): a kept step that repeats an
+   earlier kept one (this pass, an earlier pass or curation) gets ``duplicate_of``; steps
+   whose next states differ across runs get ``nondeterministic``.
+5. ``WriteShards``: decisions grouped by input shard -> that shard's curated and rejected
+   shards, attributes, index rows and counts (``pipelines.curate.output``), in parallel.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
 
-from pipelines.curate import logic
+from pipelines.curate import logic, minhash
 from pipelines.curate.config import CurationConfig
+from pipelines.curate.records import Step, batch_chunks, trajectory_summary
 
 QUARANTINE = "quarantine"
 
 
-# -- per transition ---------------------------------------------------------------------------
-def transition_record(t, cfg: CurationConfig, index: logic.EvalIndex | None, shard: int = 0) -> dict[str, Any]:
-    """The small record of one transition that the rest of the pipeline works on."""
-    nd = cfg.near_dedup
-    words = t.domain in nd.word_domains
-    n = nd.word_ngram if words else nd.char_ngram
-    masked_state, masked_next = logic.masked(t.state), logic.masked(t.next_state)
-    text = t.action.canonical + "\n" + masked_next
-    if t.step == 0:
-        text = masked_state + "\n" + text
-    sig = logic.signature(logic.shingle_hashes(text, words=words, n=n), nd)
-    quality = cfg.quality
-    flags = logic.transition_flags(t, quality) if quality.enabled else []
-    contamination = None
-    if index is not None:
-        contamination = index.contamination([t]) if t.step == 0 else _text_contamination(t, index)
-    return {
-        "tid": t.transition_id,
-        "traj": t.trajectory_id,
-        "step": t.step,
-        "domain": t.domain,
-        "order": f"1|{t.provenance.collected_at.isoformat()}|{t.trajectory_id}",
-        "shard": shard,
-        "tkey": logic.digest(masked_state, t.action.canonical, masked_next),  # = logic.transition_key(t)
-        "sa": logic.digest(masked_state, t.action.canonical),
-        "next_words": logic.word_signature(masked_next).tobytes(),
-        "sig": sig.tobytes(),
-        "summary": logic.StepSummary(
-            t.action.canonical, logic.digest(masked_next), t.next_state.truncated, t.action_error is not None
-        ),
-        "flags": flags,
-        "contamination": contamination,
-    }
+def _decision(tid, traj, domain, status, stage=None, reason=None, **extra) -> dict[str, Any]:
+    return {"tid": tid, "traj": traj, "domain": domain, "status": status, "stage": stage, "reason": reason,
+            "duplicate_of": None, "cluster": None, "flags": [], **extra}  # fmt: skip
 
 
-def _text_contamination(t, index: logic.EvalIndex) -> str | None:
-    for g in logic.word_ngrams(t.next_state.text, index.n):
-        if g in index.ngrams:
-            return f"{index.n}-gram overlap with {index.ngrams[g]}"
-    return None
-
-
-class ReadTransitions(beam.DoFn):
-    """Shard path -> transition records; bad shards and bad records go to ``quarantine``."""
+class ReadChunks(beam.DoFn):
+    """(shard index, path) -> trajectory chunks; bad shards and records go to ``quarantine``."""
 
     def __init__(self, store: str, config: dict[str, Any]) -> None:
         self.store, self.config = store, config
@@ -83,61 +53,59 @@ class ReadTransitions(beam.DoFn):
         self.index = logic.EvalIndex.from_files(d.eval_sets, d.ngram) if d.enabled and d.eval_sets else None
 
     def process(self, item: tuple[int, str]) -> Iterator[Any]:
-        shard, path = item
         from pipelines.store.shards import read_shard
-        from schemas.arrow import from_record_batch
         from schemas.errors import ShardError
-        from schemas.validate import batch_problems
+        from schemas.validate import checked_rows
 
+        shard, path = item
         try:
             for batch in read_shard(self.sfs, path):
-                bad: dict[int, str] = {}
-                for row, problem in batch_problems(batch):
-                    bad.setdefault(row, problem)
-                ids = batch.column("transition_id").to_pylist()
-                trajs = batch.column("trajectory_id").to_pylist()
-                domains = batch.column("domain").to_pylist()
-                for row, problem in sorted(bad.items()):
-                    yield beam.pvalue.TaggedOutput(QUARANTINE, _decision(
-                        ids[row], trajs[row], domains[row], "rejected", "validate", problem, shard=shard))  # fmt: skip
-                good = [i for i in range(batch.num_rows) if i not in bad]
-                if len(good) < batch.num_rows:
-                    batch = batch.take(good)
-                for t in from_record_batch(batch):
-                    yield transition_record(t, self.cfg, self.index, shard)
+                good = []
+                ids, trajs, domains = (batch.column(c).to_pylist() for c in ("transition_id", "trajectory_id", "domain"))
+                for row, t, problems in checked_rows(batch):
+                    if problems:
+                        yield beam.pvalue.TaggedOutput(
+                            QUARANTINE, _decision(ids[row], trajs[row], domains[row], "rejected", "validate", problems[0],
+                                                  shard=shard))  # fmt: skip
+                    else:
+                        good.append(t)
+                yield from batch_chunks(good, self.cfg, self.index, shard)
         except ShardError as exc:
             yield beam.pvalue.TaggedOutput(QUARANTINE, _decision(None, None, None, "rejected", "validate", str(exc), shard=shard))
 
 
-def _decision(tid, traj, domain, status, stage=None, reason=None, **extra) -> dict[str, Any]:
-    return {"tid": tid, "traj": traj, "domain": domain, "status": status, "stage": stage, "reason": reason,
-            "duplicate_of": None, "cluster": None, "flags": [], **extra}  # fmt: skip
+class ReadIndex(beam.DoFn):
+    """Index files of earlier curations and passes -> their rows that can matter here: a
+    kept trajectory sharing an exact key or band key with this pass (``kind="traj"``), or
+    a kept step sharing a (state, action) key (``kind="steps"``). The keys of this pass
+    come as a side input, so the index read stays proportional to what matches."""
+
+    def __init__(self, kind: str, config: dict[str, Any]) -> None:
+        self.kind, self.config = kind, config
+        self._keys: tuple[int, set] | None = None
+
+    def process(self, path: str, keys: list[str]) -> Iterator[Any]:
+        import pyarrow.parquet as pq
+
+        if self._keys is None or self._keys[0] != id(keys):
+            self._keys = (id(keys), set(keys))
+        wanted = self._keys[1]
+        nd = CurationConfig.model_validate(self.config).near_dedup
+        for r in pq.read_table(path).to_pylist():
+            if self.kind == "steps":
+                if r["sa"] in wanted:
+                    yield r["sa"], ("prev", r)
+            elif r["key"] in wanted or any(k in wanted for k in minhash.band_keys(np.frombuffer(r["sig"], np.uint64),
+                                                                                     nd.bands, nd.rows)):  # fmt: skip
+                yield {"traj": r["traj"], "domain": r["domain"], "order": "0|" + r["order"].split("|", 1)[1],
+                       "key": r["key"], "sig": r["sig"], "problem": None, "shard": -1}  # fmt: skip
 
 
-# -- per trajectory ---------------------------------------------------------------------------
-def summarise_trajectory(item: tuple[str, Iterable[dict]], cfg: dict[str, Any]) -> dict[str, Any]:
-    """Steps of one trajectory -> its keys, signature, and the reason to drop it, if any."""
-    traj, steps = item
-    steps = sorted(steps, key=lambda r: r["step"])
-    config = CurationConfig.model_validate(cfg)
-    q = config.quality
-    sig = np.frombuffer(steps[0]["sig"], dtype=np.uint64)
-    for r in steps[1:]:
-        sig = np.minimum(sig, np.frombuffer(r["sig"], dtype=np.uint64))
-    problem = None
-    if config.decontaminate.enabled:
-        problem = next((("decontaminate", r["contamination"]) for r in steps if r["contamination"]), None)
-    if problem is None and q.enabled:
-        reason = logic.trajectory_problem([r["summary"] for r in steps], q)
-        problem = ("quality", reason) if reason else None
-    return {
-        "traj": traj,
-        "domain": steps[0]["domain"],
-        "order": min(r["order"] for r in steps),
-        "key": logic.digest(*(r["tkey"] for r in steps)),
-        "sig": sig.tobytes(),
-        "problem": problem,
-    }
+def _summarise(item, config: dict[str, Any]):
+    traj, chunks = item
+    chunks = list(chunks)
+    yield trajectory_summary(traj, chunks, CurationConfig.model_validate(config))
+    yield beam.pvalue.TaggedOutput("steps", (traj, [(c["shard"], c["domain"], s) for c in chunks for s in c["steps"]]))
 
 
 class ExactDuplicates(beam.PTransform):
@@ -161,8 +129,8 @@ class ExactDuplicates(beam.PTransform):
 
 
 class NearDuplicates(beam.PTransform):
-    """(trajectory summaries) -> near-duplicate edges -> components -> rejections of all but
-    the representative (the earliest) of each cluster."""
+    """(trajectory summaries) -> (node, cluster label) for every node with a confirmed
+    near-duplicate edge; nodes are ``order`` strings, so the label is the earliest member."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
@@ -170,16 +138,13 @@ class NearDuplicates(beam.PTransform):
 
     def expand(self, summaries):
         nd = CurationConfig.model_validate(self.cfg).near_dedup
-        rounds = nd.max_components_rounds
 
         def bands(s):
-            sig = np.frombuffer(s["sig"], dtype=np.uint64)
-            for key in logic.band_keys(sig, nd):
+            for key in minhash.band_keys(np.frombuffer(s["sig"], dtype=np.uint64), nd.bands, nd.rows):
                 yield key, s["order"]
 
         def pairs(item):
-            _, members = item
-            members = sorted(set(members))
+            members = sorted(set(item[1]))
             for i in range(len(members)):
                 for j in range(i + 1, len(members)):
                     yield members[i], members[j]
@@ -192,7 +157,7 @@ class NearDuplicates(beam.PTransform):
                 return
             mine = np.frombuffer(sigs[0], np.uint64)
             for other, other_sig in set(grouped["pairs"]):
-                if logic.estimated_jaccard(mine, np.frombuffer(other_sig, np.uint64)) >= nd.threshold:
+                if minhash.estimated_jaccard(mine, np.frombuffer(other_sig, np.uint64)) >= nd.threshold:
                     yield node, other
 
         sig_by_node = summaries | "SigByNode" >> beam.Map(lambda s: (s["order"], s["sig"]))
@@ -203,7 +168,6 @@ class NearDuplicates(beam.PTransform):
             | "CandidatePairs" >> beam.FlatMap(pairs)
             | "UniquePairs" >> beam.Distinct()
         )
-        # attach the second node's signature, then meet the first node's
         with_second = (
             {"pairs": candidates | "BySecond" >> beam.Map(lambda p: (p[1], p[0])), "sig": sig_by_node}
             | "JoinSecond" >> beam.CoGroupByKey()
@@ -217,7 +181,7 @@ class NearDuplicates(beam.PTransform):
             | "JoinFirst" >> beam.CoGroupByKey()
             | "ConfirmByJaccard" >> beam.FlatMap(confirm)
         )
-        return edges | "Components" >> ConnectedComponents(rounds)
+        return edges | "Components" >> ConnectedComponents(nd.max_components_rounds)
 
 
 class ConnectedComponents(beam.PTransform):
@@ -247,174 +211,162 @@ def _spread(item):
         yield neighbour, label
 
 
-def decide(summaries, records, cfg: dict[str, Any]):
-    """All decisions: one dict per transition (see ``_decision``)."""
+def _traj_of(node: str) -> str:
+    return node.split("|", 2)[2]
+
+
+def _near_verdict(item):
+    node, label = item
+    if label != node:
+        yield _traj_of(node), ("near_dedup", f"near duplicate of {_traj_of(label)}")
+
+
+def _step_decisions(item):
+    """A trajectory's steps with its verdict -> (state-action key, decision) per step, and
+    its summary (tagged ``kept``) if the trajectory is kept."""
+    traj, grouped = item
+    verdicts = sorted(grouped["rejected"])
+    clusters = list(grouped["cluster"])
+    cluster = clusters[0] if clusters else None
+    for steps in grouped["steps"]:
+        for shard, domain, s in steps:
+            s = Step(*s)
+            if verdicts:
+                d = _decision(s.tid, traj, domain, "rejected", *verdicts[0], cluster=cluster)
+            else:
+                d = _decision(s.tid, traj, domain, "kept", cluster=cluster, flags=list(s.flags))
+            d.update(shard=shard, sa=s.sa, tkey=s.tkey, order=s.order, words=s.words)
+            yield s.sa, ("cur", d)
+    if not verdicts:
+        for summary in grouped["summary"]:
+            yield beam.pvalue.TaggedOutput("kept", summary)
+
+
+def decide(summaries, steps, cfg: dict[str, Any]):
+    """Trajectory summaries (this pass's and earlier kept ones) and this pass's steps ->
+    ((state-action key, ("cur", decision)) per step, kept summaries of this pass)."""
     config = CurationConfig.model_validate(cfg)
-    dropped = []
-    clean = summaries | "SplitProblems" >> beam.FlatMap(
+    split = summaries | "SplitProblems" >> beam.FlatMap(
         lambda s: [beam.pvalue.TaggedOutput("dropped", (s["traj"], s["problem"]))] if s["problem"] else [s]
     ).with_outputs("dropped", main="ok")
-    dropped.append(clean.dropped)
-    kept = clean.ok
+    dropped, kept = [split.dropped], split.ok
     if config.exact_dedup.enabled and config.exact_dedup.trajectories:
         exact = kept | "Exact" >> ExactDuplicates()
         dropped.append(exact.dropped)
         kept = exact.kept
+    joined = {"steps": steps, "summary": summaries | "CurrentByTraj" >> beam.FlatMap(
+        lambda s: [(s["traj"], s)] if s["order"].startswith("1|") else [])}  # fmt: skip
     if config.near_dedup.enabled:
         labels = kept | "Near" >> NearDuplicates(cfg)
-        node_traj = kept | "OrderToTraj" >> beam.Map(lambda s: (s["order"], s["traj"]))
-        near = (
-            {"label": labels, "traj": node_traj}
-            | "JoinLabels" >> beam.CoGroupByKey()
-            | "NearVerdicts" >> beam.FlatMap(_near_verdict)
-        )
-        dropped.append(near)
-    rejected = dropped | "AllDropped" >> beam.Flatten()
-    cluster_of = (labels | "LabelToTraj" >> beam.Map(lambda kv: (kv[0], kv[1]))) if config.near_dedup.enabled else None
-    by_traj = records | "RecordsByTraj" >> beam.Map(lambda r: (r["traj"], r))
-    joined = {"records": by_traj, "rejected": rejected}
-    if cluster_of is not None:
-        cluster_by_traj = (
-            {"label": cluster_of, "traj": node_traj}
-            | "ClusterJoin" >> beam.CoGroupByKey()
-            | "ClusterByTraj"
-            >> beam.FlatMap(
-                lambda item: [(t, lbl.split("|", 2)[2]) for lbl in list(item[1]["label"])[:1] for t in item[1]["traj"]]
-            )
-        )
-        joined["cluster"] = cluster_by_traj
-    steps = joined | "JoinDecisions" >> beam.CoGroupByKey() | "StepDecisions" >> beam.FlatMap(_step_decisions)
-    return steps | "MarkRepeats" >> MarkTransitions(cfg)
+        dropped.append(labels | "NearVerdicts" >> beam.FlatMap(_near_verdict))
+        joined["cluster"] = labels | "ClusterByTraj" >> beam.Map(lambda kv: (_traj_of(kv[0]), _traj_of(kv[1])))
+    else:
+        joined["cluster"] = steps | "NoClusters" >> beam.FlatMap(lambda _: [])
+    joined["rejected"] = dropped | "AllDropped" >> beam.Flatten()
+    return (
+        joined
+        | "JoinDecisions" >> beam.CoGroupByKey()
+        | "StepDecisions" >> beam.FlatMap(_step_decisions).with_output_types(Any).with_outputs("kept", main="decisions")
+    )
 
 
-def _near_verdict(item):
-    node, grouped = item
-    labels, trajs = list(grouped["label"]), list(grouped["traj"])
-    if labels and trajs and labels[0] != node:
-        rep = labels[0].split("|", 2)[2]
-        yield trajs[0], ("near_dedup", f"near duplicate of {rep}")
-
-
-def _step_decisions(item):
-    traj, grouped = item
-    verdicts = sorted(grouped["rejected"])
-    clusters = list(grouped.get("cluster") or [])
-    cluster = clusters[0] if clusters else None
-    for r in grouped["records"]:
-        if verdicts:
-            stage, reason = verdicts[0]
-            d = _decision(r["tid"], traj, r["domain"], "rejected", stage, reason, cluster=cluster)
+def mark_steps(item, mark_repeats: bool, threshold: float):
+    """One (state, action) group: earlier curations' kept steps (``prev``) and this pass's
+    decisions (``cur``) -> this pass's decisions with repeat and non-determinism marks."""
+    _, members = item
+    prev = [r for tag, r in members if tag == "prev"]
+    cur = sorted((d for tag, d in members if tag == "cur"), key=lambda d: (d["order"], d["tid"]))
+    first: dict[str, str] = {}
+    for r in sorted(prev, key=lambda r: (r["order"], r["tid"])):
+        first.setdefault(r["tkey"], r["tid"])
+    everyone = [np.frombuffer(r["words"], np.uint32) for r in prev] + [np.frombuffer(d["words"], np.uint32) for d in cur]
+    flagged = logic.nondeterministic(everyone, threshold) if len(everyone) > 1 else set()
+    for i, d in enumerate(cur):
+        if d["status"] == "kept":
+            keeper = first.setdefault(d["tkey"], d["tid"])
+            if mark_repeats and keeper != d["tid"]:
+                d["duplicate_of"] = keeper
+            if len(prev) + i in flagged:
+                d["flags"] = [*d["flags"], "nondeterministic"]
         else:
-            d = _decision(r["tid"], traj, r["domain"], "kept", cluster=cluster, flags=list(r["flags"]))
-        d["_tkey"], d["_sa"], d["_order"], d["_words"] = r["tkey"], r["sa"], r["order"], r["next_words"]
-        d["shard"] = r["shard"]
+            d.pop("words")  # only kept steps go into the index
         yield d
 
 
-class MarkTransitions(beam.PTransform):
-    """Kept steps that repeat an earlier kept step get ``duplicate_of``; steps whose
-    (state, action) led to very different next states across runs get ``nondeterministic``."""
-
-    def __init__(self, cfg: dict[str, Any]) -> None:
-        super().__init__()
-        self.cfg = cfg
-
-    def expand(self, decisions):
-        config = CurationConfig.model_validate(self.cfg)
-        mark_repeats = config.exact_dedup.enabled and config.exact_dedup.transitions
-        threshold = config.quality.nondeterminism_jaccard
-
-        def repeats(item):
-            _, members = item
-            members = sorted(members, key=lambda d: (d["_order"], d["tid"]))
-            kept = [d for d in members if d["status"] == "kept"]
-            first = kept[0]["tid"] if kept and mark_repeats else None
-            for d in members:
-                if first and d["status"] == "kept" and d["tid"] != first:
-                    d = {**d, "duplicate_of": first}
-                yield d
-
-        def nondeterminism(item):
-            _, members = item
-            members = list(members)
-            flagged = logic.nondeterministic([np.frombuffer(d["_words"], dtype=np.uint64) for d in members], threshold)
-            for i, d in enumerate(members):
-                out = {k: v for k, v in d.items() if not k.startswith("_")}
-                if i in flagged and d["status"] == "kept":
-                    out["flags"] = [*out["flags"], "nondeterministic"]
-                yield out
-
-        return (
-            decisions
-            | "ByStepKey" >> beam.Map(lambda d: (d["_tkey"], d))
-            | "GroupSteps" >> beam.GroupByKey()
-            | "Repeats" >> beam.FlatMap(repeats)
-            | "ByStateAction" >> beam.Map(lambda d: (d["_sa"], d))
-            | "GroupStateAction" >> beam.GroupByKey()
-            | "Nondeterminism" >> beam.FlatMap(nondeterminism)
-        )
-
-
 def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: dict[str, Any],
-          previous: list[dict] | None = None):  # fmt: skip
-    """The whole pass-1 graph: shard paths -> (one decision per transition and quarantine,
-    summaries of the trajectories kept). ``previous`` are kept trajectories of earlier
-    curations (rank 0: they always win, and are never output again)."""
+          previous: dict[str, list[str]] | None = None):  # fmt: skip
+    """The pass-1 graph: shard paths -> (one decision per transition, quarantine included;
+    summaries of the trajectories this pass keeps). ``previous`` names the index files of
+    earlier curations and passes (``{"traj": [...], "steps": [...]}``)."""
+    config = CurationConfig.model_validate(cfg)
+    items = sorted(shard_paths.items() if isinstance(shard_paths, dict) else enumerate(shard_paths))
     read = (
         pipeline
-        | "ShardPaths" >> beam.Create(sorted(shard_paths.items() if isinstance(shard_paths, dict) else enumerate(shard_paths)))
+        | "ShardPaths" >> beam.Create(items)
         | "Reshuffle" >> beam.Reshuffle()
-        | "Read" >> beam.ParDo(ReadTransitions(store, cfg)).with_outputs(QUARANTINE, main="records")
+        | "Read" >> beam.ParDo(ReadChunks(store, cfg)).with_outputs(QUARANTINE, main="chunks")
     )
-    summaries = (
-        read.records
-        | "ByTrajectory" >> beam.Map(lambda r: (r["traj"], r))
+    trajectories = (
+        read.chunks
+        | "ByTrajectory" >> beam.Map(lambda c: (c["traj"], c))
         | "GroupTrajectory" >> beam.GroupByKey()
-        | "Summarise" >> beam.Map(summarise_trajectory, cfg)
+        | "Summarise" >> beam.FlatMap(_summarise, cfg).with_output_types(Any).with_outputs("steps", main="summaries")
     )
-    if previous:
-        earlier = pipeline | "Previous" >> beam.Create(previous)
+    summaries = trajectories.summaries
+    previous = previous or {}
+    if previous.get("traj"):
+        nd = config.near_dedup
+        keys = summaries | "CurrentKeys" >> beam.FlatMap(
+            lambda s: [s["key"], *minhash.band_keys(np.frombuffer(s["sig"], np.uint64), nd.bands, nd.rows)])  # fmt: skip
+        earlier = (
+            pipeline
+            | "PreviousTraj" >> beam.Create(previous["traj"])
+            | "ReadPreviousTraj" >> beam.ParDo(ReadIndex("traj", cfg), beam.pvalue.AsList(keys))
+        )
         summaries = (summaries, earlier) | "WithPrevious" >> beam.Flatten()
-    decisions = decide(summaries, read.records, cfg)
-    kept_ids = decisions | "KeptTraj" >> beam.FlatMap(lambda d: [(d["traj"], None)] if d["status"] == "kept" else [])
-    kept_summaries = (
-        {
-            "kept": kept_ids | "OnePerTraj" >> beam.Distinct(),
-            "summary": summaries | "SumByTraj" >> beam.Map(lambda s: (s["traj"], s)),
-        }
-        | "JoinKept" >> beam.CoGroupByKey()
-        | "KeptSummaries" >> beam.FlatMap(lambda item: list(item[1]["summary"])[:1] if list(item[1]["kept"]) else [])
+    decided = decide(summaries, trajectories.steps, cfg)
+    groups = [decided.decisions]
+    if previous.get("steps"):
+        sa_keys = decided.decisions | "CurrentSA" >> beam.Map(lambda kv: kv[0])
+        groups.append(
+            pipeline
+            | "PreviousSteps" >> beam.Create(previous["steps"])
+            | "ReadPreviousSteps" >> beam.ParDo(ReadIndex("steps", cfg), beam.pvalue.AsList(sa_keys))
+        )
+    mark_repeats = config.exact_dedup.enabled and config.exact_dedup.transitions
+    marked = (
+        groups
+        | "WithPreviousSteps" >> beam.Flatten()
+        | "GroupStateAction" >> beam.GroupByKey()
+        | "MarkSteps" >> beam.FlatMap(mark_steps, mark_repeats, config.quality.nondeterminism_jaccard)
     )
-    return (decisions, read[QUARANTINE]) | "WithQuarantine" >> beam.Flatten(), kept_summaries
+    return (marked, read[QUARANTINE]) | "WithQuarantine" >> beam.Flatten(), decided.kept
 
 
-def to_json(d: dict[str, Any]) -> str:
-    return json.dumps(d, sort_keys=True)
+class WriteShards(beam.PTransform):
+    """Decisions and kept summaries grouped by input shard -> that shard's outputs
+    (``pipelines.curate.output.write_shard``); yields the shard index when done."""
 
-
-class WriteDecisionFiles(beam.PTransform):
-    """One JSON-lines file of decisions per input shard (``NNNNNN.jsonl``, sorted), so the
-    write pass holds one shard's decisions at a time."""
-
-    def __init__(self, folder: str) -> None:
+    def __init__(self, store: str, paths: dict[int, str], work: str, curation_id: str, config: dict[str, Any]) -> None:
         super().__init__()
-        self.folder = folder
+        self.args = (store, paths, work, curation_id, config)
 
-    def expand(self, decisions):
-        folder = self.folder
+    def expand(self, pcolls):
+        decisions, kept = pcolls
+        store, paths, work, cid, config = self.args
 
         def write(item):
-            from pipelines.store.fs import StoreFS
+            from pipelines.curate.output import write_shard
 
-            shard, members = item
-            lines = sorted(to_json(d) for d in members)
-            sfs = StoreFS.open(folder)
-            sfs.write_bytes_atomic(sfs.join(f"{shard:06d}.jsonl"), ("\n".join(lines) + "\n").encode())
+            shard, grouped = item
+            write_shard(store, paths[shard], shard, work, cid, config, list(grouped["decisions"]), list(grouped["kept"]))
             yield shard
 
         return (
-            decisions
-            | "ByShard" >> beam.Map(lambda d: (d["shard"], d))
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShardDecisions" >> beam.FlatMap(write)
+            {
+                "decisions": decisions | "DecisionsByShard" >> beam.Map(lambda d: (d["shard"], d)),
+                "kept": kept | "KeptByShard" >> beam.Map(lambda s: (s["shard"], s)),
+            }
+            | "GroupByShard" >> beam.CoGroupByKey()
+            | "WriteShard" >> beam.FlatMap(write)
         )

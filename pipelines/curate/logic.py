@@ -17,22 +17,25 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.curate import minhash
 from pipelines.curate.config import NearDedup, Quality
 from schemas.transition import Action, Observation, Transition, content_hash, mask_volatile
 
 # -- normalise ----------------------------------------------------------------------------------
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_BLANKS = re.compile(r"[ \t]+")
-_EDGES = re.compile(r"^ | $", re.MULTILINE)
+_BLANKS = re.compile(r"\t[ \t]*| [ \t]+")  # runs with a tab, or of 2+ blanks (a lone space stays as it is)
 _GARBAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 
 
 def normalise(text: str) -> str:
     """For hashing and comparison only: no ANSI or control codes, LF, single blanks, no trailing blanks."""
-    text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
-    text = _CONTROL.sub("", text)
-    return _EDGES.sub("", _BLANKS.sub(" ", text)).strip()
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _BLANKS.sub(" ", _CONTROL.sub("", text))
+    return text.replace(" \n", "\n").replace("\n ", "\n").strip()
 
 
 def masked(obs: Observation) -> str:
@@ -58,72 +61,32 @@ def trajectory_key(trajectory: Sequence[Transition]) -> str:
 
 
 # -- near duplicates ----------------------------------------------------------------------------
-_FNV = np.uint64(1099511628211)
-
-
-def _mix64(h: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, vectorised: spreads polynomial hashes over all 64 bits."""
-    with np.errstate(over="ignore"):
-        z = h + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
-def shingle_hashes(text: str, *, words: bool, n: int) -> np.ndarray:
-    """64-bit hashes of the distinct shingles: byte n-grams of the UTF-8 text (terminal
-    output, code) or word n-grams (prose). Computed with numpy, not per shingle in Python."""
-    if words:
-        tokens = text.split() or [""]
-        units = np.array(
-            [int.from_bytes(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big") for t in tokens],
-            dtype=np.uint64,
-        )
-    else:
-        units = np.frombuffer(text.encode("utf-8", "surrogatepass") or b"\0", dtype=np.uint8).astype(np.uint64)
-    if len(units) < n:
-        units = np.concatenate([units, np.zeros(n - len(units), dtype=np.uint64)])
-    windows = np.lib.stride_tricks.sliding_window_view(units, n)
-    with np.errstate(over="ignore"):
-        powers = _FNV ** np.arange(n - 1, -1, -1, dtype=np.uint64)
-        h = (windows * powers).sum(axis=1, dtype=np.uint64)
-    return np.unique(_mix64(h))
-
-
-def _identity(x):
-    return x
+# Shingles and MinHash live in ``pipelines.curate.minhash``; these take the config.
+shingle_hashes = minhash.shingle_hashes
+estimated_jaccard = minhash.estimated_jaccard
 
 
 def signature(hashes: np.ndarray, cfg: NearDedup) -> np.ndarray:
-    """A 64-bit MinHash signature: datasketch's vectorised affine64 permutations (fixed
-    seed) over precomputed 64-bit shingle hashes."""
-    from datasketch import MinHash
-
-    m = MinHash(num_perm=cfg.num_perm, seed=1, hashfunc=_identity, scheme="affine64")
-    m.update_batch(hashes)
-    return m.hashvalues.astype(np.uint64)
+    """A 64-bit MinHash signature (datasketch's affine64 scheme) of precomputed shingle hashes."""
+    return minhash.signature(hashes, cfg.num_perm)
 
 
 def band_keys(sig: np.ndarray, cfg: NearDedup) -> list[str]:
-    """One key per band: documents sharing any band key are candidate pairs."""
-    return [
-        f"{b}:{hashlib.blake2b(sig[b * cfg.rows : (b + 1) * cfg.rows].tobytes(), digest_size=12).hexdigest()}"
-        for b in range(cfg.bands)
-    ]
+    return minhash.band_keys(sig, cfg.bands, cfg.rows)
 
 
 WORDS_PERM = 32
 
 
 def word_signature(text: str) -> np.ndarray:
-    """A small MinHash of a text's word set: how different two next states are, in 256 bytes."""
-    from pipelines.curate.config import NearDedup
+    """A small MinHash of a text's word set: how different two next states are, in 128 bytes
+    (the low 32 bits of each value are plenty to tell equal from different)."""
+    return word_signatures([text])[0]
 
-    return signature(shingle_hashes(text, words=True, n=1), NearDedup(num_perm=WORDS_PERM, bands=WORDS_PERM, rows=1))
 
-
-def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.count_nonzero(a == b)) / len(a)
+def word_signatures(texts: Sequence[str]) -> np.ndarray:
+    docs = [minhash.shingles(t, words=True, n=1) for t in texts]
+    return minhash.hasher(WORDS_PERM).signatures(docs).astype(np.uint32)
 
 
 def components(edges: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -227,6 +190,38 @@ SECRET_PATTERNS: dict[str, re.Pattern[str]] = {
 }
 
 
+# Literals without which a pattern cannot match: a text is searched only for the kinds whose
+# literal it holds (``in`` is a fast scan; the patterns' leading classes are not).
+SECRET_LITERALS: dict[str, tuple[str, ...]] = {
+    "private_key": ("PRIVATE KEY",),
+    "aws_key": ("AKIA", "ASIA"),
+    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "openai_key": ("sk-",),
+    "slack_token": ("xox",),
+    "jwt": ("eyJ",),
+    "url_credentials": ("://",),
+    "password_arg": ("passw",),  # searched in the lower-cased text
+    "email": ("@",),
+}
+
+
+def secret_rows(batch, kinds: Sequence[str]) -> list[bool]:
+    """Which rows of a record batch may hold a secret of these kinds (any text field holds a
+    literal of one): only those need ``scrub_transition``. One RE2 scan per column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    literals = [re.escape(lit) for kind in kinds if kind != "password_arg" for lit in SECRET_LITERALS[kind]]
+    pattern = "|".join(literals + (["(?i:passw)"] if "password_arg" in kinds else []))
+    hit = pa.array([False] * batch.num_rows)
+    for column, sub in (("state", "text"), ("next_state", "text"), ("action", "canonical"), ("action", "raw"),
+                          ("instruction", None)):  # fmt: skip
+        values = batch.column(column)
+        values = pc.struct_field(values, sub) if sub else values
+        hit = pc.or_(hit, pc.fill_null(pc.match_substring_regex(values, pattern), False))
+    return hit.to_pylist()
+
+
 def placeholder(kind: str, length: int) -> str:
     tag = f"<{kind}>"
     return tag[:length] if length <= len(tag) else tag + "*" * (length - len(tag))
@@ -234,7 +229,11 @@ def placeholder(kind: str, length: int) -> str:
 
 def scrub_text(text: str, kinds: Sequence[str]) -> tuple[str, Counter]:
     counts: Counter = Counter()
+    lowered = text.lower() if "password_arg" in kinds else text
     for kind in kinds:
+        haystack = lowered if kind == "password_arg" else text
+        if not any(literal in haystack for literal in SECRET_LITERALS[kind]):
+            continue
         pattern = SECRET_PATTERNS[kind]
 
         def repl(m: re.Match[str], kind: str = kind) -> str:

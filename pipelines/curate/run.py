@@ -3,15 +3,16 @@
 1. Inputs: the finished raw shards not covered by an earlier curation (filtered by
    domain). The curation id is a content hash of the config and those shards (paths and
    sha256), so rerunning a finished curation is a no-op.
-2. Pass 1, on Beam (``pipelines.curate.beam``): one decision per transition, written as
-   JSON lines under ``curated/<id>/_work/``, plus summaries of the kept trajectories.
-3. Pass 2, here: stream the inputs in their (sorted) order, scrub what is kept, and write
-   ``curated/<id>/<domain>/`` and ``rejected/<id>/<domain>/`` shards with the same writer
-   as collection, plus per-transition attributes (``attributes.parquet``: stage, reason,
-   duplicate_of, cluster, flags) beside each tree. The same input and config give
-   byte-identical output.
-4. The kept trajectories' keys and signatures go into ``curated/_index/<id>.parquet``, so a
-   later curation of new runs dedupes against everything curated before.
+2. Beam passes over groups of whole runs, earliest first (``pipelines.curate.beam``): one
+   decision per transition, then, still in Beam, each input shard's scrubbed curated and
+   rejected shards, attributes and index rows (``pipelines.curate.output``) under
+   ``curated/<id>/_work/``. What a pass keeps is in the index the next pass reads.
+3. Here: the per-shard outputs become ``curated/<id>/<domain>/`` and
+   ``rejected/<id>/<domain>/`` (the collection format, with manifests),
+   ``attributes.parquet`` beside each tree (stage, reason, duplicate_of, cluster, flags),
+   and ``curated/_index/<id>/`` (kept trajectories' keys and signatures, kept steps'
+   keys), so a later curation of new runs dedupes against everything curated before.
+   The same input and config give byte-identical output; ``report.json`` comes last.
 
 Beam runs on this machine with its portable in-process runner in multi-process mode
 (the default runner otherwise fetches a binary at run time); ``--runner`` and any other
@@ -26,29 +27,14 @@ import json
 import os
 import shutil
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
+from pipelines.curate import output
 from pipelines.curate.config import CurationConfig
-from pipelines.curate.logic import scrub_transition
-from pipelines.store import Store, StoreWriter, read_shard
+from pipelines.store import Store
 from pipelines.store.fs import StoreFS
-from schemas.arrow import from_record_batch
 
-ATTRIBUTES = pa.schema(
-    [
-        ("transition_id", pa.string()), ("trajectory_id", pa.string()), ("domain", pa.string()),
-        ("status", pa.string()), ("stage", pa.string()), ("reason", pa.string()), ("duplicate_of", pa.string()),
-        ("cluster", pa.string()), ("flags", pa.list_(pa.string())), ("exclude_as_target", pa.bool_()),
-    ]
-)  # fmt: skip
-INDEX = pa.schema([("traj", pa.string()), ("domain", pa.string()), ("order", pa.string()), ("key", pa.string()),
-                   ("sig", pa.binary())])  # fmt: skip
 STAGES = ("validate", "decontaminate", "quality", "exact_dedup", "near_dedup")
 
 
@@ -148,24 +134,16 @@ def beam_options(beam_args: list[str] | None):
     return PipelineOptions(args)
 
 
-def _as_previous(r: dict[str, Any]) -> dict[str, Any]:
-    """A kept trajectory of an earlier curation or pass: rank 0, it always wins."""
-    sig = r["sig"] if isinstance(r["sig"], bytes) else bytes.fromhex(r["sig"])
-    return {"traj": r["traj"], "domain": r["domain"], "order": "0|" + r["order"].split("|", 1)[1], "key": r["key"],
-            "sig": sig, "problem": None}  # fmt: skip
-
-
-def _previous(sfs: StoreFS) -> list[dict[str, Any]]:
-    rows = []
-    for path in sorted(glob.glob(os.path.join(sfs.join("curated", "_index"), "*.parquet"))):
-        rows += [_as_previous(r) for r in pq.read_table(path).to_pylist()]
-    return rows
+def _previous_index(sfs: StoreFS) -> dict[str, list[str]]:
+    """Index files of every earlier curation of this store."""
+    root = sfs.join("curated", "_index")
+    return {kind: sorted(glob.glob(os.path.join(root, "*", f"{kind}-*.parquet"))) for kind in ("traj", "steps")}
 
 
 def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None = None, log=print) -> CurationReport:
     import apache_beam as beam
 
-    from pipelines.curate.beam import WriteDecisionFiles, build
+    from pipelines.curate.beam import WriteShards, build
 
     store = Store(store_uri)
     sfs = store.sfs
@@ -180,136 +158,36 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     if not inputs:  # everything is curated already: a rerun is a no-op
         return CurationReport(cid, cfg.name, noop=True)
     report = CurationReport(cid, cfg.name, inputs=len(inputs))
-    work = out_dir / "_work"
-    shutil.rmtree(out_dir, ignore_errors=True)
-    shutil.rmtree(Path(sfs.join("rejected", cid)), ignore_errors=True)
+    work = out_dir / "_work"  # an unfinished earlier try of this curation starts over
+    for leftover in (out_dir, Path(sfs.join("rejected", cid)), Path(sfs.join("curated", "_index", cid))):
+        shutil.rmtree(leftover, ignore_errors=True)
     work.mkdir(parents=True)
     config = cfg.model_dump(mode="json")
-    paths = [sfs.join(item[0]) for item in inputs]
+    paths = {i: sfs.join(item[0]) for i, item in enumerate(inputs)}
 
     t0 = time.monotonic()
-    (work / "decisions").mkdir()
-    previous = _previous(sfs)
+    previous = _previous_index(sfs)
     groups = pass_groups(inputs, cfg.max_transitions_per_pass)
     for g, group in enumerate(groups):
-        log(f"curation {cid}: pass 1 (Beam) {g + 1}/{len(groups)} over {len(group)} shards")
+        log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} shards")
         with beam.Pipeline(options=beam_options(beam_args)) as p:
             decisions, kept = build(p, {i: paths[i] for i in group}, store_uri, config, previous)
-            decisions | "WriteDecisions" >> WriteDecisionFiles(str(work / "decisions"))
-            kept | "KeptJson" >> beam.Map(to_json_summary) | "KeptText" >> beam.io.WriteToText(str(work / f"kept-{g:04d}"))
-        # what this pass kept wins against later passes, as earlier curations do
-        previous += [_as_previous(s) for s in _json_lines(work / f"kept-{g:04d}*")]
-    report.seconds["pass1_beam"] = time.monotonic() - t0
+            _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, paths, str(work), cid, config)
+        done = output.index_files(str(work), group)  # what this pass kept wins against later passes
+        previous = {kind: previous[kind] + done[kind] for kind in previous}
+    report.seconds["beam"] = time.monotonic() - t0
 
     t1 = time.monotonic()
-    log(f"curation {cid}: pass 2 (scrub and write), one input shard at a time")
-    tally = _Tally()
-    writers = {}
-    for tree in ("curated", "rejected"):
-        Path(sfs.join(tree, cid)).mkdir(parents=True, exist_ok=True)
-        writers[tree] = pq.ParquetWriter(sfs.join(tree, cid, "attributes.parquet"), ATTRIBUTES, compression="zstd")
-    with StoreWriter(sfs, cid, kind="curated") as kept_w, StoreWriter(sfs, cid, kind="rejected") as rej_w:
-        for i, path in enumerate(paths):
-            decision_file = work / "decisions" / f"{i:06d}.jsonl"
-            decisions = {}
-            rows: dict[str, list[dict]] = {"curated": [], "rejected": []}
-            for d in _json_lines(decision_file) if decision_file.exists() else ():
-                if d["tid"] is None or d["stage"] == "validate":  # quarantined: in the attributes only
-                    rows["rejected"].append(_attribute(d))
-                else:
-                    decisions[d["tid"]] = d
-            for batch in read_shard(sfs, path):
-                for t in from_record_batch(batch):
-                    report.transitions_in += 1
-                    d = decisions.get(t.transition_id)
-                    if d is None:
-                        continue
-                    if cfg.scrub.enabled:
-                        t, counts = scrub_transition(t, cfg.scrub.kinds)
-                        tally.scrubbed.update(counts)
-                    tree = "curated" if d["status"] == "kept" else "rejected"
-                    (kept_w if tree == "curated" else rej_w).write(t)
-                    rows[tree].append(_attribute(d))
-            for tree, items in rows.items():
-                tally.add(tree, items)
-                if items:
-                    writers[tree].write_table(pa.Table.from_pylist(items, schema=ATTRIBUTES))
-    for w in writers.values():
-        w.close()
-    report.seconds["pass2_write"] = time.monotonic() - t1
-    tally.fill(report)
+    log(f"curation {cid}: putting {len(inputs)} shards' outputs together")
+    tally = output.finalise(store_uri, str(work), cid, len(inputs))
+    report.transitions_in, report.kept, report.rejected = tally.transitions_in, tally.kept, tally.rejected
+    report.marked_duplicate_steps = tally.repeats
+    report.by_stage, report.by_reason, report.by_domain = dict(tally.stage), dict(tally.reason), tally.domain
+    report.flags, report.scrubbed, report.cluster_sizes = dict(tally.flags), dict(tally.scrubbed), tally.cluster_sizes()
     index_dir = Path(sfs.join("curated", "_index"))
-    index_dir.mkdir(parents=True, exist_ok=True)
-    summaries = list(_json_lines(work / "kept*"))
-    summaries.sort(key=lambda s: s["traj"])
-    index_rows = [{**s, "sig": bytes.fromhex(s["sig"])} for s in summaries if s["order"].startswith("1|")]
-    pq.write_table(pa.Table.from_pylist(index_rows, schema=INDEX), index_dir / f"{cid}.parquet", compression="zstd")
     (index_dir / f"{cid}.json").write_text(json.dumps({"inputs": [item[0] for item in inputs]}, indent=1))
     shutil.rmtree(work)
+    report.seconds["finalise"] = time.monotonic() - t1
     report.seconds["total"] = time.monotonic() - t0
     report_path.write_text(json.dumps(asdict(report), indent=1, sort_keys=True))
     return report
-
-
-def _json_lines(pattern: Path):
-    for path in sorted(glob.glob(str(pattern))):
-        with open(path) as f:
-            yield from (json.loads(line) for line in f)
-
-
-def to_json_summary(s: dict[str, Any]) -> str:
-    return json.dumps({"traj": s["traj"], "domain": s["domain"], "order": s["order"], "key": s["key"],
-                       "sig": s["sig"].hex()}, sort_keys=True)  # fmt: skip
-
-
-def _attribute(d: dict[str, Any]) -> dict[str, Any]:
-    flags = sorted(d.get("flags") or [])
-    return {
-        "transition_id": d["tid"], "trajectory_id": d["traj"], "domain": d["domain"], "status": d["status"],
-        "stage": d["stage"], "reason": d["reason"], "duplicate_of": d.get("duplicate_of"), "cluster": d.get("cluster"),
-        "flags": flags, "exclude_as_target": bool(d.get("duplicate_of")) or any(f.startswith("exclude:") for f in flags),
-    }  # fmt: skip
-
-
-class _Tally:
-    """Report counters, filled one input shard at a time."""
-
-    def __init__(self) -> None:
-        self.kept = self.rejected = self.repeats = 0
-        self.stage: Counter = Counter()
-        self.reason: Counter = Counter()
-        self.flags: Counter = Counter()
-        self.scrubbed: Counter = Counter()
-        self.domain: dict[str, dict[str, int]] = {}
-        self.cluster_trajs: set[tuple[str, str]] = set()
-
-    def add(self, tree: str, rows: list[dict]) -> None:
-        for r in rows:
-            d = self.domain.setdefault(r["domain"] or "?", {"kept": 0, "rejected": 0})
-            if tree == "curated":
-                self.kept += 1
-                d["kept"] += 1
-                self.repeats += bool(r["duplicate_of"])
-            else:
-                self.rejected += 1
-                d["rejected"] += 1
-                self.stage[r["stage"]] += 1
-                self.reason[_reason_family(r["reason"] or "")] += 1
-            self.flags.update(f.split(":")[-1] for f in r["flags"])
-            if r["cluster"]:
-                self.cluster_trajs.add((r["cluster"], r["trajectory_id"]))
-
-    def fill(self, report: CurationReport) -> None:
-        report.kept, report.rejected, report.marked_duplicate_steps = self.kept, self.rejected, self.repeats
-        report.by_stage, report.by_reason, report.by_domain = dict(self.stage), dict(self.reason), self.domain
-        report.flags, report.scrubbed = dict(self.flags), dict(self.scrubbed)
-        sizes = Counter(Counter(c for c, _ in self.cluster_trajs).values())
-        report.cluster_sizes = {str(k): v for k, v in sorted(sizes.items())}
-
-
-def _reason_family(reason: str) -> str:
-    """Group reasons that differ only in ids: 'exact duplicate of X' -> 'exact duplicate'."""
-    for prefix in ("exact duplicate of", "near duplicate of", "task id", "repo "):
-        if reason.startswith(prefix):
-            return prefix.removesuffix(" of").strip()
-    return reason

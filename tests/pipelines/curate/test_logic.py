@@ -6,9 +6,10 @@ import json
 import random
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
-from pipelines.curate.config import NearDedup, Quality, load_curation
+from pipelines.curate.config import NearDedup, Quality, Scrub, load_curation
 from pipelines.curate.logic import (
     EvalIndex,
     band_keys,
@@ -18,6 +19,7 @@ from pipelines.curate.logic import (
     normalise,
     scrub_text,
     scrub_transition,
+    secret_rows,
     shingle_hashes,
     signature,
     step_summary,
@@ -178,3 +180,50 @@ def test_bad_curation_configs_are_refused(tmp_path, body, message):
     with pytest.raises(ConfigError) as info:
         load_curation(path)
     assert str(info.value) == f"{path}: {message}"
+
+
+def test_batched_minhash_gives_datasketch_values():
+    from datasketch import MinHash
+
+    from pipelines.curate.minhash import BLOCK, MinHasher, shingles
+
+    rng = random.Random(4)
+    texts = ["".join(rng.choice("abc de\n") for _ in range(rng.randint(1, 900))) for _ in range(40)]
+    docs = [shingles(t, words=False, n=5) for t in texts] + [shingles("x" * 3 * BLOCK + "yz" * BLOCK, words=False, n=5)]
+    sigs = MinHasher(64).signatures(docs)
+    for doc, sig in zip(docs, sigs, strict=True):
+        m = MinHash(num_perm=64, seed=1, scheme="affine64", hashfunc=lambda x: x)
+        m.update_batch(doc)
+        assert sig.tolist() == m.hashvalues.tolist()
+
+
+def test_shingle_hashes_are_polynomial_hashes_of_each_ngram():
+    from pipelines.curate.minhash import mix64, shingles
+
+    p, mask = 1099511628211, (1 << 64) - 1
+
+    def poly(units):
+        h = 0
+        for u in units:
+            h = (h * p + u) & mask
+        return h
+
+    text = "héllo wörld  of\tcode"
+    data = text.encode()
+    want = [poly(data[i : i + 5]) for i in range(len(data) - 4)]
+    assert shingles(text, words=False, n=5).tolist() == mix64(np.array(want, dtype=np.uint64)).tolist()
+    words = shingles(text, words=True, n=2)
+    assert len(words) == 3  # (héllo wörld) (wörld of) (of code): whitespace runs split words
+    assert shingles("of code", words=True, n=2).tolist() == words[-1:].tolist()
+
+
+def test_only_rows_with_a_secret_literal_are_scrubbed():
+    from schemas.arrow import to_record_batch
+
+    clean = step("total 0\nREADME.md\n", i=0)
+    leaky = step("user admin@example.com logged in", i=1)
+    password = step("ok", action="mysql --password=hunter2 db", i=2)
+    batch = to_record_batch([clean, leaky, password])
+    kinds = Scrub().kinds
+    assert secret_rows(batch, kinds) == [False, True, True]
+    assert secret_rows(batch, ["aws_key"]) == [False, False, False]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import filecmp
 import json
+import random
+import string
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +20,7 @@ from pipelines.curate.config import CurationConfig, Decontaminate
 from pipelines.curate.run import curate
 from pipelines.query import run_query
 from pipelines.store import Store, StoreWriter
+from schemas import Action, Observation, Provenance, Transition
 from tests.conftest import SMALL, cli
 
 IN_MEMORY = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
@@ -173,3 +176,45 @@ def test_passes_over_groups_of_runs_decide_like_one_pass(tmp_path):
         results[name] = {(r["trajectory_id"], r["stage"]) for r in rows}
     assert results["one"] == results["many"]
     assert {f"copy-{t}" for t in trajs} <= {t for t, stage in results["many"] if stage == "exact_dedup"}
+
+
+def _episode(traj: str, steps: list[tuple[str, str]], run: str, seed: int) -> list[Transition]:
+    """A hand-made terminal trajectory: (action, next screen) per step, chained states."""
+    rng = random.Random(seed)
+    out, state = [], "$ "
+    for i, (command, screen) in enumerate(steps):
+        screen = screen or " ".join(rng.choice(string.ascii_lowercase) * rng.randint(1, 6) for _ in range(300))
+        out.append(Transition.create(
+            trajectory_id=traj, step=i, domain="terminal", env_id="bash", task_id=f"task-{traj}",
+            state=Observation.make(state, "terminal"), action=Action.make("run", command=command),
+            next_state=Observation.make(screen, "terminal"), provenance=Provenance(run_id=run), instruction="look around",
+        ))  # fmt: skip
+        state = screen
+    return out
+
+
+def test_repeated_steps_and_nondeterminism_are_marked_across_curations(tmp_path):
+    store = str(tmp_path / "s")
+    listing = "a.txt b.txt notes.md src tests\n"
+    day1 = _episode("A", [("ls", listing), ("cat a.txt", "")], "day1", 1)
+    with StoreWriter(store, "day1") as w:
+        w.write_many(day1)
+    curate(CurationConfig(), store, beam_args=IN_MEMORY, log=lambda m: None)
+    # day 2: B repeats A's first step exactly; day 3: C's first step is A's (state, action) with another result
+    b = _episode("B", [("ls", listing), ("cat b.txt", "")], "day2", 2)
+    with StoreWriter(store, "day2") as w:
+        w.write_many(b)
+    r2 = curate(CurationConfig(), store, beam_args=IN_MEMORY, log=lambda m: None)
+    assert r2.kept == 2 and r2.marked_duplicate_steps == 1
+    c = _episode("C", [("ls", "permission denied: cannot open directory ."), ("id", "")], "day3", 3)
+    with StoreWriter(store, "day3") as w:
+        w.write_many(c)
+    r3 = curate(CurationConfig(), store, beam_args=IN_MEMORY, log=lambda m: None)
+    assert r3.kept == 2 and r3.marked_duplicate_steps == 0
+    rows = run_query("SELECT transition_id, duplicate_of, exclude_as_target, flags FROM curated", store).to_pylist()
+    by_id = {r["transition_id"]: r for r in rows}
+    assert by_id[b[0].transition_id]["duplicate_of"] == day1[0].transition_id
+    assert by_id[b[0].transition_id]["exclude_as_target"] and by_id[b[0].transition_id]["flags"] == []
+    assert by_id[c[0].transition_id]["flags"] == ["nondeterministic"] and by_id[c[0].transition_id]["duplicate_of"] is None
+    assert all(by_id[t.transition_id]["duplicate_of"] is None and not by_id[t.transition_id]["flags"]
+               for t in (day1[0], day1[1], b[1], c[1]))  # fmt: skip

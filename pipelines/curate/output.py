@@ -1,0 +1,229 @@
+"""What a curation writes, one input shard at a time (in Beam workers), then put together.
+
+``write_shard`` (run by ``beam.WriteShards``) takes one input shard and its decisions and
+writes, under ``<work>/out/NNNNNN/``: the scrubbed kept and rejected transitions (the
+store's own writer, so shards, manifests and checksums are the collection format), their
+attributes, the kept steps' and trajectories' index rows and the shard's counts. Every
+file depends only on that shard and its decisions, so a retried bundle rewrites the same
+bytes. ``finalise`` (the driver, after the last pass) moves the shards into
+``curated/<id>/<domain>/`` and ``rejected/<id>/<domain>/`` in input order, writes their
+manifests, joins the attributes into one ``attributes.parquet`` per tree and the index
+into ``curated/_index/<id>/``, and sums the counts; nothing holds more than one input
+shard's rows at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipelines.curate.config import CurationConfig
+from pipelines.curate.logic import scrub_transition, secret_rows
+from pipelines.store import StoreWriter, read_shard
+from pipelines.store.fs import StoreFS
+from pipelines.store.layout import part_name, run_dir
+from pipelines.store.manifest import RunManifest
+from schemas.arrow import from_record_batch, to_record_batch
+from schemas.errors import ShardError
+
+ATTRIBUTES = pa.schema(
+    [
+        ("transition_id", pa.string()), ("trajectory_id", pa.string()), ("domain", pa.string()),
+        ("status", pa.string()), ("stage", pa.string()), ("reason", pa.string()), ("duplicate_of", pa.string()),
+        ("cluster", pa.string()), ("flags", pa.list_(pa.string())), ("exclude_as_target", pa.bool_()),
+    ]
+)  # fmt: skip
+TRAJ_INDEX = pa.schema([("traj", pa.string()), ("domain", pa.string()), ("order", pa.string()), ("key", pa.string()),
+                        ("sig", pa.binary())])  # fmt: skip
+STEPS_INDEX = pa.schema([("sa", pa.string()), ("tkey", pa.string()), ("order", pa.string()), ("tid", pa.string()),
+                         ("words", pa.binary())])  # fmt: skip
+TREES = ("curated", "rejected")
+
+
+def shard_dir(work: str, shard: int) -> Path:
+    return Path(work) / "out" / f"{shard:06d}"
+
+
+def write_shard(store: str, path: str, shard: int, work: str, cid: str, config: dict[str, Any],
+                decisions: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:  # fmt: skip
+    cfg = CurationConfig.model_validate(config)
+    out = shard_dir(work, shard)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    by_tid, rows = {}, {"curated": [], "rejected": []}
+    for d in sorted(decisions, key=lambda d: (d["tid"] or "", d["reason"] or "")):
+        if d["tid"] is None or d["stage"] == "validate":  # quarantined: in the attributes only
+            rows["rejected"].append(attribute(d))
+        else:
+            by_tid[d["tid"]] = d
+    tally = Tally()
+    sfs = StoreFS.open(store)
+    kinds = cfg.scrub.kinds if cfg.scrub.enabled else []
+    try:
+        with StoreWriter(str(out), cid, kind="curated") as kept_w, StoreWriter(str(out), cid, kind="rejected") as rej_w:
+            writers = {"curated": kept_w, "rejected": rej_w}
+            for batch in read_shard(sfs, path):
+                tally.transitions_in += batch.num_rows
+                tids = batch.column("transition_id").to_pylist()
+                decided = [by_tid.get(tid) for tid in tids]
+                dirty = secret_rows(batch, kinds) if kinds else [False] * batch.num_rows
+                for tree in TREES:
+                    picked = [
+                        i for i, d in enumerate(decided) if d is not None and (d["status"] == "kept") == (tree == "curated")
+                    ]
+                    if picked:
+                        part = _scrubbed(batch, picked, [i for i in picked if dirty[i]], kinds, tally)
+                        for domain in sorted(set(part.column("domain").to_pylist())):
+                            rows_of = part.filter(pc.equal(part.column("domain"), domain))
+                            writers[tree].writer(domain).write_batch(rows_of)
+                        rows[tree].extend(attribute(decided[i]) for i in picked)
+    except ShardError:
+        pass  # unreadable: pass 1 quarantined the shard with the reason
+    for tree, items in rows.items():
+        tally.add(tree, items)
+        pq.write_table(pa.Table.from_pylist(items, schema=ATTRIBUTES), out / f"attributes-{tree}.parquet", compression="zstd")
+    steps = sorted((d for d in by_tid.values() if d["status"] == "kept"), key=lambda d: d["tid"])
+    pq.write_table(pa.Table.from_pylist([{k: d[k] for k in STEPS_INDEX.names} for d in steps], schema=STEPS_INDEX),
+                   out / "steps.parquet", compression="zstd")  # fmt: skip
+    kept = sorted(kept, key=lambda s: s["traj"])
+    pq.write_table(pa.Table.from_pylist([{k: s[k] for k in TRAJ_INDEX.names} for s in kept], schema=TRAJ_INDEX),
+                   out / "traj.parquet", compression="zstd")  # fmt: skip
+    (out / "tally.json").write_text(json.dumps(tally.to_json(), sort_keys=True))
+
+
+def _scrubbed(batch: pa.RecordBatch, rows: list[int], dirty: list[int], kinds, tally: Tally) -> pa.RecordBatch:
+    """The rows of a batch, in order, with the ones that may hold secrets scrubbed (only
+    those become ``Transition`` objects; the rest stay columnar)."""
+    if not dirty:
+        return batch.take(pa.array(rows, pa.int64()))
+    scrubbed = []
+    for t in from_record_batch(batch.take(dirty)):
+        t, counts = scrub_transition(t, kinds)
+        tally.scrubbed.update(counts)
+        scrubbed.append(t)
+    dirty_set = set(dirty)
+    clean = [i for i in rows if i not in dirty_set]
+    table = pa.concat_tables([
+        pa.Table.from_batches([batch.take(pa.array(clean, pa.int64()))]).append_column("_row", pa.array(clean, pa.int64())),
+        pa.Table.from_batches([to_record_batch(scrubbed)]).append_column("_row", pa.array(dirty, pa.int64())),
+    ])  # fmt: skip
+    table = table.sort_by("_row").drop_columns("_row").combine_chunks()
+    return table.to_batches()[0].replace_schema_metadata(batch.schema.metadata)
+
+
+def index_files(work: str, shards: list[int]) -> dict[str, list[str]]:
+    """The index files this curation's earlier passes wrote (their kept trajectories and steps)."""
+    return {kind: [str(shard_dir(work, i) / f"{kind}.parquet") for i in shards] for kind in ("traj", "steps")}
+
+
+def finalise(store: str, work: str, cid: str, shards: int) -> Tally:
+    """Put the per-shard outputs together (see the module docstring); the summed counts."""
+    sfs = StoreFS.open(store)
+    total = Tally()
+    for tree in TREES:
+        manifests: dict[str, RunManifest] = {}
+        for i in range(shards):
+            src = shard_dir(work, i) / tree / cid
+            for domain_dir in sorted(src.iterdir()) if src.is_dir() else ():
+                m = RunManifest.load(sfs, str(domain_dir))
+                dest = manifests.setdefault(domain_dir.name, RunManifest(domain_dir.name, cid, kind=tree, closed=True))
+                final = run_dir(sfs, tree, domain_dir.name, cid)
+                sfs.makedirs(final)
+                for entry in m.shards if m else ():
+                    name = part_name(len(dest.shards))
+                    sfs.move(str(domain_dir / entry.path), f"{final}/{name}")
+                    dest.shards.append(replace(entry, path=name))
+        for domain, m in manifests.items():
+            m.save(sfs, run_dir(sfs, tree, domain, cid))
+        sfs.makedirs(sfs.join(tree, cid))
+        with pq.ParquetWriter(sfs.join(tree, cid, "attributes.parquet"), ATTRIBUTES, compression="zstd") as w:
+            for i in range(shards):
+                part = shard_dir(work, i) / f"attributes-{tree}.parquet"
+                if part.exists():
+                    table = pq.read_table(part)
+                    if table.num_rows:
+                        w.write_table(table)
+    index = Path(sfs.join("curated", "_index", cid))
+    index.mkdir(parents=True, exist_ok=True)
+    for i in range(shards):
+        d = shard_dir(work, i)
+        for kind in ("traj", "steps"):
+            if (d / f"{kind}.parquet").exists():
+                shutil.move(d / f"{kind}.parquet", index / f"{kind}-{i:06d}.parquet")
+        if (d / "tally.json").exists():
+            total.merge(json.loads((d / "tally.json").read_text()))
+    return total
+
+
+def attribute(d: dict[str, Any]) -> dict[str, Any]:
+    flags = sorted(d.get("flags") or [])
+    return {
+        "transition_id": d["tid"], "trajectory_id": d["traj"], "domain": d["domain"], "status": d["status"],
+        "stage": d["stage"], "reason": d["reason"], "duplicate_of": d.get("duplicate_of"), "cluster": d.get("cluster"),
+        "flags": flags, "exclude_as_target": bool(d.get("duplicate_of")) or any(f.startswith("exclude:") for f in flags),
+    }  # fmt: skip
+
+
+class Tally:
+    """Report counters of one input shard, or of them all (``merge``)."""
+
+    def __init__(self) -> None:
+        self.transitions_in = self.kept = self.rejected = self.repeats = 0
+        self.stage: Counter = Counter()
+        self.reason: Counter = Counter()
+        self.flags: Counter = Counter()
+        self.scrubbed: Counter = Counter()
+        self.domain: dict[str, dict[str, int]] = {}
+        self.cluster_trajs: set[tuple[str, str]] = set()
+
+    def add(self, tree: str, rows: list[dict]) -> None:
+        for r in rows:
+            d = self.domain.setdefault(r["domain"] or "?", {"kept": 0, "rejected": 0})
+            if tree == "curated":
+                self.kept += 1
+                d["kept"] += 1
+                self.repeats += bool(r["duplicate_of"])
+            else:
+                self.rejected += 1
+                d["rejected"] += 1
+                self.stage[r["stage"]] += 1
+                self.reason[reason_family(r["reason"] or "")] += 1
+            self.flags.update(f.split(":")[-1] for f in r["flags"])
+            if r["cluster"]:
+                self.cluster_trajs.add((r["cluster"], r["trajectory_id"]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"transitions_in": self.transitions_in, "kept": self.kept, "rejected": self.rejected,
+                "repeats": self.repeats, "stage": self.stage, "reason": self.reason, "flags": self.flags,
+                "scrubbed": self.scrubbed, "domain": self.domain, "cluster_trajs": sorted(self.cluster_trajs)}  # fmt: skip
+
+    def merge(self, other: dict[str, Any]) -> None:
+        for name in ("transitions_in", "kept", "rejected", "repeats"):
+            setattr(self, name, getattr(self, name) + other[name])
+        for name in ("stage", "reason", "flags", "scrubbed"):
+            getattr(self, name).update(other[name])
+        for domain, counts in other["domain"].items():
+            mine = self.domain.setdefault(domain, {"kept": 0, "rejected": 0})
+            for k, v in counts.items():
+                mine[k] += v
+        self.cluster_trajs.update(tuple(p) for p in other["cluster_trajs"])
+
+    def cluster_sizes(self) -> dict[str, int]:
+        sizes = Counter(Counter(c for c, _ in self.cluster_trajs).values())
+        return {str(k): v for k, v in sorted(sizes.items())}
+
+
+def reason_family(reason: str) -> str:
+    """Group reasons that differ only in ids: 'exact duplicate of X' -> 'exact duplicate'."""
+    for prefix in ("exact duplicate of", "near duplicate of", "task id", "repo "):
+        if reason.startswith(prefix):
+            return prefix.removesuffix(" of").strip()
+    return reason
