@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= dev
 STORE ?= demo-store
 
-.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect clean
+.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -34,6 +34,10 @@ demo: install system-deps
 	$(VENV)/bin/trajforge shards validate $(STORE)
 	$(VENV)/bin/trajforge query "SELECT task_id, count(*) AS steps, max(reward) AS reward, any_value(provenance.sandbox_backend) AS sandbox FROM transitions WHERE provenance.job_id = 'terminal-swe' GROUP BY 1 ORDER BY 1" --store $(STORE)
 	$(VENV)/bin/trajforge query "SELECT domain, count(*) AS transitions, count(DISTINCT trajectory_id) AS trajectories, round(avg(length(next_state.text))) AS avg_next_state_chars, round(avg(CASE WHEN action_error IS NULL THEN 0 ELSE 1 END), 3) AS failed_ratio FROM transitions GROUP BY 1 ORDER BY 1" --store $(STORE)
+	$(VENV)/bin/trajforge curate examples/curation/default.yaml --store $(STORE)
+	$(VENV)/bin/trajforge tokenizer train --store $(STORE) --out $(STORE)/tokenizer.json --vocab-size 2048
+	$(VENV)/bin/trajforge release create examples/mixtures/default.yaml --store $(STORE) --name demo --version 1
+	$(VENV)/bin/trajforge release verify $(STORE)/releases/demo/1
 
 test: install sandboxes
 	$(VENV)/bin/ruff check .
@@ -50,6 +54,19 @@ bench-sandboxes: sandboxes
 
 bench-collect: sandboxes
 	$(PY) benchmarks/collect.py
+
+bench-curate: install
+	$(PY) benchmarks/curate.py
+
+# datatrove goes into a virtual environment of its own: a benchmark's baseline, not a dependency.
+# (xxhash < 4: datatrove 0.10.1 hashes str, which xxhash 4 refuses.)
+.venv-datatrove/.installed:
+	$(PYTHON) -m venv .venv-datatrove
+	.venv-datatrove/bin/pip install -q "datatrove==0.10.1" "xxhash>=3,<4" "orjson>=3,<4" "regex" "tokenizers>=0.20,<1" "spacy>=3.7,<4"
+	@touch $@
+
+bench-neardup: install .venv-datatrove/.installed
+	$(PY) benchmarks/neardup.py
 
 clean:
 	rm -rf $(VENV) $(STORE) .pytest_cache

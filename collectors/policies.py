@@ -120,6 +120,30 @@ class ChatError(TrajforgeError):
     """The chat endpoint failed after retries."""
 
 
+def post_chat(base_url: str, body: dict[str, Any], *, api_key: str = "", retries: int = 4,
+              timeout_s: float = 60.0) -> dict[str, Any]:  # fmt: skip
+    """POST to an OpenAI-compatible ``/chat/completions``; retries 408/409/429/5xx and
+    connection errors with exponential backoff, then raises ``ChatError``."""
+    import requests
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    delay = 0.5
+    for attempt in range(retries + 1):
+        try:
+            resp = requests.post(f"{base_url}/chat/completions", json=body, headers=headers, timeout=timeout_s)
+            if resp.status_code == 200:
+                return resp.json()
+            retryable = resp.status_code in (408, 409, 429) or resp.status_code >= 500
+            problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
+        except requests.RequestException as exc:
+            retryable, problem = True, f"{type(exc).__name__}: {exc}"
+        if not retryable or attempt == retries:
+            raise ChatError(f"{base_url}: {problem}")
+        time.sleep(delay)
+        delay = min(delay * 2, 8.0)
+    raise ChatError(f"{base_url}: no answer")
+
+
 class OpenAIChatPolicy(Policy):
     """An OpenAI-compatible ``/v1/chat/completions`` endpoint with the actions as tools."""
 
@@ -145,24 +169,7 @@ class OpenAIChatPolicy(Policy):
         ]
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        import requests
-
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        delay = 0.5
-        for attempt in range(self.retries + 1):
-            try:
-                resp = requests.post(f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=self.timeout_s)
-                if resp.status_code == 200:
-                    return resp.json()
-                retryable = resp.status_code in (408, 409, 429) or resp.status_code >= 500
-                problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
-            except requests.RequestException as exc:
-                retryable, problem = True, f"{type(exc).__name__}: {exc}"
-            if not retryable or attempt == self.retries:
-                raise ChatError(f"{self.base_url}: {problem}")
-            time.sleep(delay)
-            delay = min(delay * 2, 8.0)
-        raise ChatError(f"{self.base_url}: no answer")
+        return post_chat(self.base_url, body, api_key=self.api_key, retries=self.retries, timeout_s=self.timeout_s)
 
     def act(self, observation: Observation, history: list[tuple[Any, Observation]]) -> Any:
         self.steps += 1

@@ -299,6 +299,7 @@ class SynthSummary:
     exact_duplicate_trajectories: int = 0
     near_duplicate_trajectories: int = 0
     by_domain: dict[str, int] = field(default_factory=dict)
+    planted: dict[str, str] = field(default_factory=dict)  # copy trajectory id -> the trajectory it copies
 
 
 class Synthesizer:
@@ -454,6 +455,7 @@ class Synthesizer:
             if source is not None and len(source) <= n - produced:  # whole copies: planted = well defined
                 near = r.random() < 0.5
                 traj = self._copy(source, index, near)
+                self.summary.planted[traj[0].trajectory_id] = source[0].trajectory_id
                 if near:
                     self.summary.near_duplicate_trajectories += 1
                 else:

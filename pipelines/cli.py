@@ -7,9 +7,15 @@ from typing import Annotated
 
 import typer
 
+from pipelines.release.cli import app as release_app
+from pipelines.release.cli import distill_app, tokenizer_app
+
 app = typer.Typer(no_args_is_help=True)
 shards = typer.Typer(no_args_is_help=True, help="Check and repair shard files.")
 app.add_typer(shards, name="shards")
+app.add_typer(release_app, name="release")
+app.add_typer(distill_app)
+app.add_typer(tokenizer_app, name="tokenizer")
 
 StoreOpt = Annotated[str, typer.Option("--store", "-s", help="Store path or URI.")]
 

@@ -66,6 +66,7 @@ def connect(store: str | Store) -> duckdb.DuckDBPyConnection:
         con.execute(f"CREATE TEMP VIEW {view} AS " + " UNION ALL ".join(parts))
     for tree in CURATION_TREES:
         _curation_view(con, store, tree, logical)
+    _release_views(con, store)
     con.execute("SET TimeZone = 'UTC'")  # days and hours in results are UTC, as stored
     con.execute("SET lock_configuration = true")
     return con
@@ -101,6 +102,34 @@ def _curation_view(con: duckdb.DuckDBPyConnection, store: Store, tree: str, logi
         join = "JOIN" if tree == "curated" else "RIGHT JOIN"
         parts.append(f"SELECT t.* EXCLUDE (transition_id), a.* FROM ({rows}) t {join} {attrs} a USING (transition_id)")
     con.execute(f"CREATE TEMP VIEW {tree} AS " + " UNION ALL BY NAME ".join(parts))
+
+
+def _release_views(con: duckdb.DuckDBPyConnection, store: Store) -> None:
+    """``releases``: one row per release file (name, version, stage, split, rows, tokens,
+    sha256); ``release_cpt`` / ``release_sft`` / ``release_rl``: the samples of every
+    release with its name and version."""
+    if not store.sfs.local:
+        return
+    manifests = sorted(Path(store.sfs.join("releases")).glob("*/*/manifest.json"))
+    rows = []
+    for path in manifests:
+        m = json.loads(path.read_text())
+        rows += [{"name": m["name"], "version": m["version"], "stage": f["stage"], "split": f["split"], "path": f["path"],
+                  "rows": f["rows"], "tokens": f["tokens"], "bytes": f["bytes"], "sha256": f["sha256"]}
+                 for f in m["files"] if "rows" in f]  # fmt: skip
+    if not rows:
+        return
+    con.register("_releases", pa.Table.from_pylist(rows))
+    con.execute("CREATE TEMP VIEW releases AS SELECT * FROM _releases")
+    for stage in ("cpt", "sft", "rl"):
+        files = sorted(str(p.parent / f["path"]) for p in manifests for f in json.loads(p.read_text())["files"]
+                       if f.get("stage") == stage)  # fmt: skip
+        if files:
+            listing = ", ".join(f"'{f}'" for f in files)
+            con.execute(
+                f"CREATE TEMP VIEW release_{stage} AS SELECT split(filename, '/')[-5] AS name, "
+                f"split(filename, '/')[-4] AS version, * EXCLUDE (filename) FROM read_parquet([{listing}], filename = true)"
+            )
 
 
 def execute(sql: str, store: str | Store, *, batch_rows: int = 8192) -> pa.RecordBatchReader:

@@ -1,0 +1,137 @@
+"""``trajforge release ...``, ``trajforge distill`` and ``trajforge tokenizer train``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Build, check, compare and export versioned dataset releases.")
+StoreOpt = Annotated[str, typer.Option("--store", "-s", help="Store path or URI.")]
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def create(
+    ctx: typer.Context,
+    mixture: Annotated[str, typer.Argument(help="Mixture config YAML (see examples/mixtures/default.yaml).")],
+    store: StoreOpt,
+    name: Annotated[str, typer.Option(help="Release name.")],
+    version: Annotated[str, typer.Option(help="Release version (immutable once created).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Build CPT/SFT/RL samples from curated data, mix them and publish releases/NAME/VERSION.
+
+    Extra options go to Beam, as with curate.
+    """
+    from dataclasses import asdict
+
+    from pipelines.release.build import create_release
+    from pipelines.release.config import load_mixture
+
+    cfg = load_mixture(mixture, store)
+    report = create_release(cfg, store, name, version, beam_args=list(ctx.args), log=_log)
+    typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.summary())
+
+
+@app.command()
+def verify(release: Annotated[str, typer.Argument(help="A release folder: STORE/releases/NAME/VERSION.")]) -> None:
+    """Recompute every file's sha256; report changed, missing and extra files (exit 2)."""
+    from pipelines.release.inspect import load_manifest
+    from pipelines.release.inspect import verify as check
+
+    problems = check(release)
+    for p in problems:
+        typer.echo(p, err=True)
+    n = len(load_manifest(release)["files"])
+    typer.echo(f"{n} files checked, {len(problems)} problems")
+    if problems:
+        raise typer.Exit(2)
+
+
+@app.command()
+def diff(
+    a: Annotated[str, typer.Argument(help="Release folder A.")], b: Annotated[str, typer.Argument(help="Release folder B.")]
+) -> None:
+    """Samples added and removed from A to B, per stage, split and domain."""
+    from pipelines.release.inspect import diff as compare
+
+    rows = compare(a, b)
+    typer.echo(f"{'stage':<5} {'split':<10} {'domain':<9} {'added':>8} {'removed':>8} {'kept':>8}")
+    for r in rows:
+        typer.echo(f"{r['stage']:<5} {r['split']:<10} {r['domain']:<9} {r['added']:>8} {r['removed']:>8} {r['kept']:>8}")
+
+
+@app.command("list")
+def list_(store: StoreOpt) -> None:
+    """The releases of a store."""
+    from pipelines.release.inspect import list_releases
+
+    for r in list_releases(store):
+        typer.echo(f"{r['name']} {r['version']}: {r['samples']:,} samples, {r['tokens']:,} tokens in {r['files']} files "
+                   f"(curations {r['curations']}, config {r['config_hash']})")  # fmt: skip
+
+
+@app.command()
+def export(
+    release: Annotated[str, typer.Argument(help="A release folder.")],
+    out: Annotated[str, typer.Option(help="Output folder.")],
+    format: Annotated[str, typer.Option("--format", help="agentworldbench")] = "agentworldbench",
+) -> None:
+    """Write the test split in another tool's format (AgentWorldBench JSONL, one file per domain)."""
+    from pipelines.release.inspect import export_agentworldbench
+    from schemas.errors import ConfigError
+
+    if format != "agentworldbench":
+        raise ConfigError(f"--format: unknown format {format!r} (expected agentworldbench)")
+    counts = export_agentworldbench(release, out)
+    typer.echo(", ".join(f"{d}: {n}" for d, n in sorted(counts.items())) + f" -> {out}")
+
+
+distill_app = typer.Typer(no_args_is_help=True)
+
+
+@distill_app.command()
+def distill(
+    store: StoreOpt,
+    curation: Annotated[str, typer.Option(help="The curation id whose kept targets get reasoning texts.")],
+    model: Annotated[str, typer.Option(help="Model name at the endpoint.")],
+    base_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1.")],
+    api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key.")] = "OPENAI_API_KEY",
+    limit: Annotated[int | None, typer.Option(help="At most this many texts (the last shard may be cut).")] = None,
+) -> None:
+    """Fill the reasoning that SFT completions carry before the predicted observation."""
+    from pipelines.release.distill import distill as run
+
+    r = run(store, curation, model=model, base_url=base_url, api_key_env=api_key_env, limit=limit, log=_log)
+    typer.echo(f"{r.written} reasoning texts in {r.shards} shard files ({r.skipped_shards} shards already done)")
+
+
+tokenizer_app = typer.Typer(no_args_is_help=True, help="Tokenizers for token counts and tiny models.")
+
+
+@tokenizer_app.command("train")
+def tokenizer_train(
+    store: StoreOpt,
+    out: Annotated[str, typer.Option(help="Where to write tokenizer.json (a file or a folder).")],
+    vocab_size: Annotated[int, typer.Option(help="Vocabulary size.")] = 4096,
+    tree: Annotated[str, typer.Option(help="Which transitions: curated or raw.")] = "curated",
+    limit: Annotated[int, typer.Option(help="At most this many transitions.")] = 20_000,
+) -> None:
+    """Train a byte-level BPE tokenizer on a store's texts (no download needed)."""
+    from itertools import islice
+
+    from pipelines.release.tokens import train_tokenizer
+    from pipelines.store import Store
+
+    def texts():
+        for t in islice(Store(store).iter_transitions(tree), limit):
+            yield t.action.canonical
+            yield t.next_state.text
+
+    typer.echo(f"wrote {train_tokenizer(texts(), out, vocab_size)}")

@@ -1,0 +1,110 @@
+"""The mixture config (YAML): which curated data, how it becomes CPT/SFT/RL samples, how
+much of each domain each stage gets, and how samples split. Checked before any work.
+
+    curations: all                # or a list of curation ids
+    tokenizer: tokenizer.json     # a Hugging Face tokenizer (tokenizer.json or its folder)
+    seed: 0
+    splits: {validation: 0.05, test: 0.05, held_out_envs: []}
+    stages:
+      sft: {token_budget: 5000000, weights: {terminal: 2, swe: 1}, max_epochs: 2, max_prompt_tokens: 4096}
+
+Weights are relative (any positive numbers; domains not named get 0 unless ``weights`` is
+empty, which means every domain in proportion to what exists). Budgets and weights apply
+to the train split; validation and test take every sample of their tasks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schemas.errors import ConfigError
+from schemas.transition import DOMAINS
+
+STAGES = ("cpt", "sft", "rl")
+SPLITS = ("train", "validation", "test")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Stage(Strict):
+    enabled: bool = True
+    token_budget: int | None = Field(None, ge=1)  # train tokens; None: everything, once
+    weights: dict[str, float] = Field(default_factory=dict)
+    max_epochs: float = Field(1.0, ge=1.0, le=100.0)  # the most times any sample may repeat
+    context_tokens: int = Field(4096, ge=64)  # CPT: documents split at turn boundaries past this
+    max_prompt_tokens: int = Field(4096, ge=64)  # SFT/RL: oldest history turns dropped past this
+
+    @model_validator(mode="after")
+    def _weights(self) -> Stage:
+        for domain, w in self.weights.items():
+            if domain not in DOMAINS:
+                raise ValueError(f"unknown domain {domain!r} in weights")
+            if w < 0 or w != w:
+                raise ValueError(f"weight of {domain} must be >= 0, got {w}")
+        if self.weights and sum(self.weights.values()) <= 0:
+            raise ValueError("weights sum to 0: give at least one domain a positive weight")
+        return self
+
+
+class Splits(Strict):
+    validation: float = Field(0.05, ge=0.0, lt=1.0)
+    test: float = Field(0.05, ge=0.0, lt=1.0)
+    held_out_envs: list[str] = Field(default_factory=list)  # every task of these environments goes to test
+
+    @model_validator(mode="after")
+    def _sum(self) -> Splits:
+        if self.validation + self.test >= 1.0:
+            raise ValueError(f"validation + test must leave room for train: {self.validation} + {self.test} >= 1")
+        return self
+
+
+class MixtureConfig(Strict):
+    name: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    curations: str | list[str] = "all"
+    tokenizer: str = "tokenizer.json"
+    seed: int = 0
+    strict: bool = False  # refuse a budget that the data cannot meet (else: report the shortfall)
+    license: str = "other"
+    splits: Splits = Splits()
+    stages: dict[str, Stage] = Field(default_factory=lambda: {s: Stage() for s in STAGES})
+
+    @model_validator(mode="after")
+    def _stages(self) -> MixtureConfig:
+        for stage in self.stages:
+            if stage not in STAGES:
+                raise ValueError(f"unknown stage {stage!r} (expected {', '.join(STAGES)})")
+        if isinstance(self.curations, str) and self.curations != "all":
+            self.curations = [self.curations]
+        return self
+
+    def enabled(self) -> list[str]:
+        return [s for s in STAGES if s in self.stages and self.stages[s].enabled]
+
+
+def load_mixture(path: str | Path, store: str | None = None) -> MixtureConfig:
+    """Load and check a mixture config; the tokenizer path is resolved against the config's
+    folder, then the store."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: mixture config not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    try:
+        cfg = MixtureConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top)"
+        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{path}: {key}: {what}") from None
+    for base in (path.parent, Path(store) if store else None):
+        if base is not None and not Path(cfg.tokenizer).is_absolute() and (base / cfg.tokenizer).exists():
+            cfg.tokenizer = str(base / cfg.tokenizer)
+            break
+    return cfg
