@@ -80,8 +80,9 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['n']:,} | {r['wall']:.0f} | {r['beam']:.0f} | {r['finalise']:.0f} | {r['rate_core']:.0f} | {r['driver_mb']:.0f} "
-            f"| {r['worker_mb']:.0f} | {r['exact_found']} / {r['exact_planted']} | {r['near_found']} / {r['near_planted']} |"
+            f"| {r['n']:,} | {r['wall']:.0f} | {r['beam']:.0f} | {r['finalise']:.0f} | {r['rate_core']:.0f} "
+            f"| {r['driver_mb']:.0f} | {r['worker_mb']:.0f} | {r['exact_found']} / {r['exact_planted']} "
+            f"| {r['near_found']} / {r['near_planted']} |"
         )
 
 

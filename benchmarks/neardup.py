@@ -109,7 +109,7 @@ print(json.dumps({{"seconds": time.perf_counter() - t0}}))
 """
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     seconds = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
-    removed = {line.strip() for f in folder.glob("tf-removed*") for line in open(f) if line.strip()}
+    removed = {line.strip() for f in folder.glob("tf-removed*") for line in f.read_text().splitlines() if line.strip()}
     for f in folder.glob("tf-removed*"):
         f.unlink()
     return seconds, removed
@@ -133,8 +133,8 @@ run = lambda steps, tasks, name: LocalPipelineExecutor(steps, tasks=tasks, worke
 run([read(), MinhashDedupSignature(output_folder=f"{work}/sigs", config=cfg)], 2, "sigs")
 run([MinhashDedupBuckets(input_folder=f"{work}/sigs", output_folder=f"{work}/buckets", config=cfg)], cfg.num_buckets, "buckets")
 run([MinhashDedupCluster(input_folder=f"{work}/buckets", output_folder=f"{work}/remove", config=cfg)], 1, "cluster")
-run([read(), MinhashDedupFilter(input_folder=f"{work}/remove", exclusion_writer=JsonlWriter(f"{work}/removed", compression=None))],
-    2, "filter")
+removed = JsonlWriter(f"{work}/removed", compression=None)
+run([read(), MinhashDedupFilter(input_folder=f"{work}/remove", exclusion_writer=removed)], 2, "filter")
 print(json.dumps({"seconds": time.perf_counter() - t0}))
 """
 
@@ -146,7 +146,7 @@ def run_datatrove(folder: Path, workers: int, python: str) -> tuple[float, set[s
     if out.returncode:
         sys.exit(f"datatrove failed:\n{out.stderr[-3000:]}")
     seconds = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
-    removed = {json.loads(line)["id"] for f in (work / "removed").glob("*.jsonl") for line in open(f)}
+    removed = {json.loads(line)["id"] for f in (work / "removed").glob("*.jsonl") for line in f.read_text().splitlines()}
     shutil.rmtree(work)
     return seconds, removed
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         t0 = time.perf_counter()
         planted = make_documents(args.transitions, args.seed, tmp / "docs")
-        n_docs = sum(1 for f in (tmp / "docs").glob("*.jsonl") for _ in open(f))
+        n_docs = sum(len(f.read_text().splitlines()) for f in (tmp / "docs").glob("*.jsonl"))
         print(f"{n_docs} documents ({args.transitions} transitions), {len(planted)} planted copies, "
               f"made in {time.perf_counter() - t0:.0f} s", file=sys.stderr)  # fmt: skip
         runs: dict[str, list[float]] = {"trajforge": [], "datatrove": []}
