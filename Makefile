@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= dev
 STORE ?= demo-store
 
-.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup clean
+.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -67,6 +67,9 @@ bench-curate: install
 
 bench-neardup: install .venv-datatrove/.installed
 	$(PY) benchmarks/neardup.py
+
+bench-release: install
+	$(PY) benchmarks/release.py
 
 clean:
 	rm -rf $(VENV) $(STORE) .pytest_cache

@@ -135,9 +135,11 @@ def beam_options(beam_args: list[str] | None):
 
 
 def _previous_index(sfs: StoreFS) -> dict[str, list[str]]:
-    """Index files of every earlier curation of this store."""
+    """Index files of every finished earlier curation of this store (its ``<id>.json``
+    marker is written last: a killed curation's files are not read)."""
     root = sfs.join("curated", "_index")
-    return {kind: sorted(glob.glob(os.path.join(root, "*", f"{kind}-*.parquet"))) for kind in ("traj", "steps")}
+    done = sorted(p[: -len(".json")] for p in glob.glob(os.path.join(root, "*.json")))
+    return {kind: sorted(f for d in done for f in glob.glob(os.path.join(d, f"{kind}-*.parquet"))) for kind in ("traj", "steps")}
 
 
 def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None = None, log=print) -> CurationReport:

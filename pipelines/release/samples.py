@@ -161,13 +161,16 @@ def prompts(traj: Trajectory, tokens: TokenCounter, max_prompt_tokens: int) -> l
     users = [_user(t) for t in steps]
     observations = [wrap(t.next_state.text) for t in steps]
     n = len(steps)
-    counts = tokens.count([system, *users, *observations, *(_user_first(t, t.state.text, 0) for t in steps)])
-    n_sys, n_first = counts[0], counts[2 * n + 1 :]
+    counts = tokens.count([system, *users, *observations])
+    n_sys, n_obs = counts[0], counts[n + 1 : 2 * n + 1]
     users_upto = [0, *accumulate(counts[1 : n + 1])]  # tokens of users[:i]
-    obs_upto = [0, *accumulate(counts[n + 1 : 2 * n + 1])]
+    obs_upto = [0, *accumulate(n_obs)]
+    first: dict[int, int] = {}  # tokens of the opening message when history starts at turn j (counted when needed)
 
     def size(j: int, k: int) -> int:  # history from turn j to the action of step k
-        return n_sys + n_first[j] + users_upto[k + 1] - users_upto[j + 1] + obs_upto[k] - obs_upto[j]
+        if j not in first:
+            first[j] = tokens.count([_user_first(steps[j], steps[j].state.text, 0)])[0]
+        return n_sys + first[j] + users_upto[k + 1] - users_upto[j + 1] + obs_upto[k] - obs_upto[j]
 
     out = []
     for k, t in enumerate(steps):
@@ -177,19 +180,23 @@ def prompts(traj: Trajectory, tokens: TokenCounter, max_prompt_tokens: int) -> l
         while j < k and size(j, k) > max_prompt_tokens:
             j += 1
         opening = _user_first(steps[j], steps[j].state.text, j)
-        prompt_tokens = size(j, k) if not j else size(j, k) - n_first[j] + tokens.count([opening])[0]
+        prompt_tokens = size(j, k) if not j else size(j, k) - first[j] + tokens.count([opening])[0]
         messages = [{"role": "system", "content": system}, {"role": "user", "content": opening}]
         for i in range(j, k):
             messages.append({"role": "assistant", "content": observations[i]})
             messages.append({"role": "user", "content": users[i + 1]})
         out.append({"step": k, "messages": messages, "prompt_tokens": prompt_tokens, "history_turns": k - j,
-                    "dropped_turns": j, "total_turns": n, "transition": t})  # fmt: skip
+                    "dropped_turns": j, "total_turns": n, "transition": t, "next_tokens": n_obs[k]})  # fmt: skip
     return out
 
 
 def sft_samples(traj: Trajectory, tokens: TokenCounter, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    completions = [wrap(p["transition"].next_state.text, traj.reasoning.get(p["transition"].transition_id)) for p in items]
-    n_completion = tokens.count(completions)
+    reasoning = [traj.reasoning.get(p["transition"].transition_id) for p in items]
+    completions = [wrap(p["transition"].next_state.text, r) for p, r in zip(items, reasoning, strict=True)]
+    recount = [i for i, r in enumerate(reasoning) if r]  # without reasoning the completion is a counted observation
+    n_completion = [p["next_tokens"] for p in items]
+    for i, n in zip(recount, tokens.count([completions[i] for i in recount]), strict=True):
+        n_completion[i] = n
     meta = traj.meta()
     return [
         {"id": sample_id("sft", p["transition"].transition_id), "prompt": p["messages"],

@@ -1,0 +1,86 @@
+"""Release benchmark: build a release (CPT, SFT, RL; the default mixture) from curated data.
+
+    python benchmarks/release.py [--sizes 1000000] [--keep DIR]
+
+For each size: synthetic transitions (5% exact, 5% near copies planted), the default
+curation, a byte-level BPE tokenizer trained on the store (4,096 tokens); none of that is
+timed. Then ``trajforge release create`` with the default mixture on Beam's in-process
+runner in multi-process mode (one worker per core), timed. Reports samples/s and tokens/s
+per core, peak memory, and the release's bytes against the curated shards' bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "trajforge", *args], check=True, capture_output=True, text=True,
+                          cwd=ROOT).stdout  # fmt: skip
+
+
+def run_size(n: int, work: Path) -> dict:
+    store = work / f"store-{n}"
+    _run("synth", str(store), "-n", str(n), "--duplicates", "0.1", "--seed", "11")
+    _run("curate", "examples/curation/default.yaml", "--store", str(store))
+    _run("tokenizer", "train", "--store", str(store), "--out", str(store / "tokenizer.json"), "--vocab-size", "4096")
+    curated = sum(f.stat().st_size for f in (store / "curated").rglob("*.arrow"))
+    kept = json.loads(next((store / "curated").glob("*/report.json")).read_text())["kept"]
+    code = (
+        "import json, resource, dataclasses; from pipelines.release.config import load_mixture;"
+        "from pipelines.release.build import create_release;"
+        f"cfg = load_mixture('examples/mixtures/default.yaml', {str(store)!r});"
+        f"r = create_release(cfg, {str(store)!r}, 'bench', '1', log=lambda m: None);"
+        "d = dataclasses.asdict(r);"
+        "d['self_rss_mb'] = int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1e3;"
+        "d['children_rss_mb'] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e3; print(json.dumps(d))"
+    )
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    release = Path(report["path"])
+    size = sum(f.stat().st_size for f in release.rglob("*") if f.is_file())
+    by_stage = {st: sum(splits.values()) for st, splits in report["samples"].items()}
+    tokens = {st: sum(splits.values()) for st, splits in report["tokens"].items()}
+    cores = os.cpu_count() or 1
+    return {"n": n, "kept": kept, "wall": wall, "samples": sum(by_stage.values()), "by_stage": by_stage,
+            "tokens": sum(tokens.values()), "samples_core": sum(by_stage.values()) / wall / cores,
+            "tokens_core": sum(tokens.values()) / wall / cores, "driver_mb": report["self_rss_mb"],
+            "worker_mb": report["children_rss_mb"], "curated_mb": curated / 1e6, "release_mb": size / 1e6}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000000")
+    args = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="trajforge-release-"))
+    try:
+        rows = [run_size(int(n), work) for n in args.sizes.split(",")]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\n### Release build ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, DirectRunner multi_processing, "
+          "default mixture: CPT + SFT + RL, 4,096-token BPE)\n")  # fmt: skip
+    print("| raw transitions | curated kept | wall s | samples (cpt / sft / rl) | tokens | samples/s per core "
+          "| tokens/s per core | driver peak MB | largest worker peak MB | curated MB | release MB | release / curated |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        st = r["by_stage"]
+        print(f"| {r['n']:,} | {r['kept']:,} | {r['wall']:.0f} | {st.get('cpt', 0):,} / {st.get('sft', 0):,} / "
+              f"{st.get('rl', 0):,} | {r['tokens']:,} | {r['samples_core']:.0f} | {r['tokens_core']:,.0f} "
+              f"| {r['driver_mb']:.0f} | {r['worker_mb']:.0f} | {r['curated_mb']:.0f} | {r['release_mb']:.0f} "
+              f"| {r['release_mb'] / r['curated_mb']:.2f}x |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
