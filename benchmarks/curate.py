@@ -23,13 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_size(n: int, work: Path, per_pass: int) -> dict:
+def run_size(n: int, work: Path, per_pass: int, keep: str | None = None) -> dict:
     store = work / f"store-{n}"
     subprocess.run([sys.executable, "-m", "trajforge", "synth", str(store), "-n", str(n), "--duplicates", "0.1",
                     "--seed", "11"], check=True, capture_output=True, cwd=ROOT)  # fmt: skip
     planted = json.loads(subprocess.run(
         [sys.executable, "-c", f"from collectors.synth import Synthesizer as S; g=S(11, duplicates=0.1); "
-         f"list(g.transitions({n})); import json; print(json.dumps(g.summary.__dict__))"],
+         f"all(True for _ in g.transitions({n})); import json; g.summary.planted = len(g.summary.planted); "
+         "print(json.dumps(g.summary.__dict__))"],
         check=True, capture_output=True, text=True, cwd=ROOT).stdout)  # fmt: skip
     code = (
         "import json, resource; from pipelines.curate.config import load_curation; from pipelines.curate.run import curate;"
@@ -49,7 +50,11 @@ def run_size(n: int, work: Path, per_pass: int) -> dict:
         f"SELECT stage, count(DISTINCT trajectory_id) FROM read_parquet('{store}/rejected/*/attributes.parquet') GROUP BY 1"
     ).fetchall()
     found = dict(rejected)
-    shutil.rmtree(store)
+    if keep:
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.move(str(store), keep)  # e.g. for benchmarks/release.py --store
+    else:
+        shutil.rmtree(store)
     return {
         "n": n, "wall": wall, "rate_core": n / wall / (os.cpu_count() or 1), "beam": report["seconds"]["beam"],
         "finalise": report["seconds"]["finalise"], "driver_mb": report["self_rss_mb"], "worker_mb": report["children_rss_mb"],
@@ -63,10 +68,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="250000,500000,1000000")
     ap.add_argument("--max-per-pass", type=int, default=100_000, help="transitions per Beam pass (bounds memory)")
+    ap.add_argument("--keep-largest", help="keep the largest size's curated store at this path")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="trajforge-curate-"))
     try:
-        rows = [run_size(int(n), work, args.max_per_pass) for n in args.sizes.split(",")]
+        sizes = [int(n) for n in args.sizes.split(",")]
+        rows = [run_size(n, work, args.max_per_pass, args.keep_largest if n == max(sizes) else None) for n in sizes]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(

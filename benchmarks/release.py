@@ -1,6 +1,6 @@
 """Release benchmark: build a release (CPT, SFT, RL; the default mixture) from curated data.
 
-    python benchmarks/release.py [--sizes 1000000] [--keep DIR]
+    python benchmarks/release.py [--sizes 1000000] [--store CURATED_STORE]
 
 For each size: synthetic transitions (5% exact, 5% near copies planted), the default
 curation, a byte-level BPE tokenizer trained on the store (4,096 tokens); none of that is
@@ -29,11 +29,14 @@ def _run(*args: str) -> str:
                           cwd=ROOT).stdout  # fmt: skip
 
 
-def run_size(n: int, work: Path) -> dict:
-    store = work / f"store-{n}"
-    _run("synth", str(store), "-n", str(n), "--duplicates", "0.1", "--seed", "11")
-    _run("curate", "examples/curation/default.yaml", "--store", str(store))
-    _run("tokenizer", "train", "--store", str(store), "--out", str(store / "tokenizer.json"), "--vocab-size", "4096")
+def run_size(n: int, work: Path, existing: str | None = None) -> dict:
+    store = Path(existing) if existing else work / f"store-{n}"
+    if not existing:
+        _run("synth", str(store), "-n", str(n), "--duplicates", "0.1", "--seed", "11")
+        _run("curate", "examples/curation/default.yaml", "--store", str(store))
+    if not (store / "tokenizer.json").exists():
+        _run("tokenizer", "train", "--store", str(store), "--out", str(store / "tokenizer.json"), "--vocab-size", "4096")
+    shutil.rmtree(store / "releases" / "bench", ignore_errors=True)
     curated = sum(f.stat().st_size for f in (store / "curated").rglob("*.arrow"))
     kept = json.loads(next((store / "curated").glob("*/report.json")).read_text())["kept"]
     code = (
@@ -63,16 +66,24 @@ def run_size(n: int, work: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000")
+    ap.add_argument("--store", help="a store curated already (e.g. by benchmarks/curate.py --keep-largest); its size is "
+                    "the raw transitions it holds")  # fmt: skip
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="trajforge-release-"))
     try:
-        rows = [run_size(int(n), work) for n in args.sizes.split(",")]
+        if args.store:
+            raw = json.loads(next(Path(args.store, "curated").glob("*/report.json")).read_text())["transitions_in"]
+            rows = [run_size(raw, work, args.store)]
+        else:
+            rows = [run_size(int(n), work) for n in args.sizes.split(",")]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n### Release build ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, DirectRunner multi_processing, "
           "default mixture: CPT + SFT + RL, 4,096-token BPE)\n")  # fmt: skip
-    print("| raw transitions | curated kept | wall s | samples (cpt / sft / rl) | tokens | samples/s per core "
-          "| tokens/s per core | driver peak MB | largest worker peak MB | curated MB | release MB | release / curated |")
+    print(
+        "| raw transitions | curated kept | wall s | samples (cpt / sft / rl) | tokens | samples/s per core "
+        "| tokens/s per core | driver peak MB | largest worker peak MB | curated MB | release MB | release / curated |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         st = r["by_stage"]

@@ -97,24 +97,50 @@ def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str, int, 
     return sorted(picked)
 
 
-def pass_groups(inputs: list[tuple[str, str, int, str]], limit: int) -> list[list[int]]:
-    """Input indices in groups of at most ``limit`` transitions, each group one bounded Beam
-    pass. Run folders stay whole (a trajectory never spans two runs) and go in the order of
-    their first transition, so what a pass keeps wins against later passes as the earliest
-    copy should."""
-    first: dict[str, str] = {}
-    for rel, _, _, started in inputs:
-        folder = os.path.dirname(rel)
-        first[folder] = min(first.get(folder, started), started)
+def boundary_trajectories(store: Store, inputs: list[tuple[str, str, int, str]]) -> set[int]:
+    """Indices of input shards that continue the last trajectory of the shard before them
+    in the same run (a writer rolled mid-episode): such shards stay in one pass."""
+    from pipelines.store.shards import open_shard
+
+    ends: dict[int, tuple[str | None, str | None]] = {}
+    for i, (rel, *_rest) in enumerate(inputs):
+        try:
+            reader, _ = open_shard(store.sfs, store.sfs.join(rel))
+            n = reader.num_record_batches
+            first = reader.get_batch(0).column("trajectory_id")[0].as_py() if n else None
+            last = reader.get_batch(n - 1).column("trajectory_id")[-1].as_py() if n else None
+        except Exception:  # an unreadable shard is quarantined by the pass that reads it
+            first = last = None
+        ends[i] = (first, last)
+    joined = set()
+    for i in range(1, len(inputs)):
+        same_run = os.path.dirname(inputs[i][0]) == os.path.dirname(inputs[i - 1][0])
+        if same_run and ends[i][0] is not None and ends[i][0] == ends[i - 1][1]:
+            joined.add(i)
+    return joined
+
+
+def pass_groups(inputs: list[tuple[str, str, int, str]], limit: int, joined: set[int] = frozenset()) -> list[list[int]]:
+    """Input indices in groups of about ``limit`` transitions, each group one bounded Beam
+    pass. A pass takes whole shards (a large run is split between its shards), never cuts
+    between a shard and the one it continues (``joined``), and passes go in the order of
+    their first transition, so what a pass keeps wins against later passes as the
+    earliest copy should."""
+    units: list[list[int]] = []
+    for i in range(len(inputs)):
+        if i in joined and units:
+            units[-1].append(i)
+        else:
+            units.append([i])
+    units.sort(key=lambda u: (min(inputs[i][3] for i in u), inputs[u[0]][0]))
     groups: list[list[int]] = []
     size = 0
-    for folder in sorted(first, key=lambda f: (first[f], f)):
-        members = [i for i, item in enumerate(inputs) if os.path.dirname(item[0]) == folder]
-        rows = sum(inputs[i][2] for i in members)
+    for unit in units:
+        rows = sum(inputs[i][2] for i in unit)
         if not groups or size + rows > limit:
             groups.append([])
             size = 0
-        groups[-1].extend(members)
+        groups[-1].extend(unit)
         size += rows
     return [sorted(g) for g in groups]
 
@@ -169,7 +195,7 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
 
     t0 = time.monotonic()
     previous = _previous_index(sfs)
-    groups = pass_groups(inputs, cfg.max_transitions_per_pass)
+    groups = pass_groups(inputs, cfg.max_transitions_per_pass, boundary_trajectories(store, inputs))
     for g, group in enumerate(groups):
         log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} shards")
         with beam.Pipeline(options=beam_options(beam_args)) as p:

@@ -254,10 +254,10 @@ def _beam():
             self.store, self.config, self.work, self.spanning = store, config, work, spanning
 
         def setup(self) -> None:
-            from pipelines.release.tokens import load_tokenizer
+            from pipelines.release.tokens import PieceCounts, load_tokenizer
 
             self.cfg = MixtureConfig.model_validate(self.config)
-            self.tokens = load_tokenizer(self.cfg.tokenizer)
+            self.tokens = PieceCounts(load_tokenizer(self.cfg.tokenizer))
             self.excluded: dict[str, set[str]] = {}
 
         def _excluded(self, cid: str) -> set[str]:
@@ -296,10 +296,10 @@ def _beam():
             self.store, self.config, self.work = store, config, work
 
         def setup(self) -> None:
-            from pipelines.release.tokens import load_tokenizer
+            from pipelines.release.tokens import PieceCounts, load_tokenizer
 
             self.cfg = MixtureConfig.model_validate(self.config)
-            self.tokens = load_tokenizer(self.cfg.tokenizer)
+            self.tokens = PieceCounts(load_tokenizer(self.cfg.tokenizer))
 
         def process(self, item):
             traj_id, members = item

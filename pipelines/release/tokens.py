@@ -43,6 +43,28 @@ def load_tokenizer(path: str) -> TokenCounter:
     return TokenCounter(path)
 
 
+class PieceCounts:
+    """Token counts of text pieces: each distinct piece is tokenized once (observations
+    repeat as the next step's state, template lines repeat everywhere), misses in one
+    batch. A sample's count is the sum of its pieces' counts."""
+
+    def __init__(self, counter: TokenCounter, max_entries: int = 50_000) -> None:
+        self.counter, self.max_entries = counter, max_entries
+        self.cache: dict[str, int] = {}
+
+    def warm(self, pieces) -> None:
+        missing = list(dict.fromkeys(p for p in pieces if p not in self.cache))
+        if missing:
+            if len(self.cache) + len(missing) > self.max_entries:
+                self.cache.clear()
+            self.cache.update(zip(missing, self.counter.count(missing), strict=True))
+
+    def __call__(self, pieces) -> int:
+        pieces = list(pieces)
+        self.warm(pieces)
+        return sum(self.cache[p] for p in pieces)
+
+
 def train_tokenizer(texts: Iterable[str], out: str, vocab_size: int = 4096) -> str:
     """Train a byte-level BPE (the GPT-2/Qwen family's kind) on ``texts``; write ``tokenizer.json``."""
     tokenizers = _tokenizers()

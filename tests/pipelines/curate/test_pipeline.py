@@ -156,7 +156,8 @@ def test_passes_over_groups_of_runs_decide_like_one_pass(tmp_path):
     from pipelines.curate.run import pass_groups
 
     shards = [("raw/a/r/p0", "x", 60, "2026-02"), ("raw/a/r/p1", "x", 60, "2026-03"), ("raw/b/r/p0", "x", 50, "2026-01")]
-    assert pass_groups(shards, 100) == [[2], [0, 1]]  # runs whole, earliest first
+    assert pass_groups(shards, 100) == [[2], [0], [1]]  # whole shards, earliest first
+    assert pass_groups(shards, 100, {1}) == [[2], [0, 1]]  # p1 continues p0's last trajectory: one pass
     results = {}
     for name, limit in (("one", 100_000), ("many", 100)):
         synth_store(tmp_path / name)
@@ -218,3 +219,42 @@ def test_repeated_steps_and_nondeterminism_are_marked_across_curations(tmp_path)
     assert by_id[c[0].transition_id]["flags"] == ["nondeterministic"] and by_id[c[0].transition_id]["duplicate_of"] is None
     assert all(by_id[t.transition_id]["duplicate_of"] is None and not by_id[t.transition_id]["flags"]
                for t in (day1[0], day1[1], b[1], c[1]))  # fmt: skip
+
+
+def test_an_unfinished_curation_is_not_deduped_against_and_reruns_from_scratch(tmp_path):
+    store = tmp_path / "s"
+    synth_store(store, n=150, duplicates=0.0)
+    first = curate(CurationConfig(), str(store), beam_args=IN_MEMORY, log=lambda m: None)
+    index = store / "curated" / "_index"
+    # as if killed before its marker was written: the index files exist, the marker and the report do not
+    (index / f"{first.curation_id}.json").unlink()
+    (store / "curated" / first.curation_id / "report.json").unlink()
+    other = curate(CurationConfig(name="other"), str(store), beam_args=IN_MEMORY, log=lambda m: None)
+    assert other.kept == 150 and other.rejected == 0  # the unfinished one's kept trajectories are not "earlier copies"
+    again = curate(CurationConfig(), str(store), beam_args=IN_MEMORY, log=lambda m: None)
+    assert again.noop  # its inputs are curated (by "other") now
+
+
+def test_a_large_run_is_split_between_passes_at_shard_boundaries_only(tmp_path):
+    from pipelines.curate.run import boundary_trajectories, pass_groups, plan_inputs
+    from pipelines.store import WriterOptions
+
+    results = {}
+    for name, limit in (("one", 100_000), ("many", 120)):
+        gen = Synthesizer(3, duplicates=0.3, **SMALL)
+        with StoreWriter(str(tmp_path / name), gen.run_id, WriterOptions(rows_per_batch=7, rows_per_shard=50)) as w:
+            w.write_many(gen.transitions(400))  # shards roll mid-trajectory
+        store = Store(tmp_path / name)
+        inputs = plan_inputs(store, CurationConfig())
+        joined = boundary_trajectories(store, inputs)
+        groups = pass_groups(inputs, limit, joined)
+        if name == "many":
+            assert joined and len(groups) > 2
+            assert all(i - 1 in g for g in groups for i in g if i in joined)  # never cut inside a trajectory
+        r = curate(CurationConfig(max_transitions_per_pass=limit), str(tmp_path / name), beam_args=IN_MEMORY, log=lambda m: None)
+        assert r.transitions_in == 400
+        where = str(tmp_path / name)
+        rows = run_query("SELECT transition_id, stage FROM rejected ORDER BY 1", where).to_pylist()
+        rows += run_query("SELECT transition_id, duplicate_of, flags FROM curated ORDER BY 1", where).to_pylist()
+        results[name] = rows
+    assert results["one"] == results["many"]
