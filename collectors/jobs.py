@@ -23,11 +23,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from collectors.env import Task, load_suite
 from sandboxes.base import SandboxConfig
+from schemas.config import load_yaml_model
 from schemas.errors import ConfigError
 from schemas.transition import DOMAINS
 
@@ -79,22 +79,7 @@ class JobConfig(BaseModel):
 
 def load_job(path: str | Path) -> tuple[JobConfig, list[Task]]:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: job file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a job must be a mapping of keys")
-    try:
-        job = JobConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or "(top)"
-        got = f", got {err['input']!r}" if err["type"] != "extra_forbidden" and "input" in err else ""
-        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ConfigError(f"{path}: {key}: {what}{got}") from None
+    job = load_yaml_model(path, JobConfig, "job file", show_input=True)
     for d in job.domains or []:
         if d not in DOMAINS:
             raise ConfigError(f"{path}: domains: unknown domain {d!r} (expected one of {', '.join(DOMAINS)})")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schemas.config import load_yaml_model
 from schemas.errors import ConfigError
 from schemas.transition import DOMAINS
 
@@ -93,19 +93,7 @@ class CurationConfig(Strict):
 
 def load_curation(path: str | Path) -> CurationConfig:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: curation config not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    try:
-        config = CurationConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or "(top)"
-        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{path}: {key}: {what}") from None
+    config = load_yaml_model(path, CurationConfig, "curation config")
     for d in config.domains or []:
         if d not in DOMAINS:
             raise ConfigError(f"{path}: domains: unknown domain {d!r}")

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.errors import ConfigError
+from schemas.config import load_yaml_model
 from schemas.transition import DOMAINS
 
 STAGES = ("cpt", "sft", "rl")
@@ -90,19 +89,7 @@ def load_mixture(path: str | Path, store: str | None = None) -> MixtureConfig:
     """Load and check a mixture config; the tokenizer path is resolved against the config's
     folder, then the store."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: mixture config not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    try:
-        cfg = MixtureConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or "(top)"
-        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{path}: {key}: {what}") from None
+    cfg = load_yaml_model(path, MixtureConfig, "mixture config")
     for base in (path.parent, Path(store) if store else None):
         if base is not None and not Path(cfg.tokenizer).is_absolute() and (base / cfg.tokenizer).exists():
             cfg.tokenizer = str(base / cfg.tokenizer)

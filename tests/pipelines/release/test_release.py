@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -22,6 +20,7 @@ from pipelines.release.inspect import diff, export_agentworldbench, verify
 from pipelines.release.tokens import train_tokenizer
 from pipelines.store import StoreWriter
 from schemas.errors import ConfigError, StoreError
+from tests.collectors.test_policies import ChatServer
 from tests.conftest import SMALL, cli
 
 IN_MEMORY = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
@@ -214,33 +213,16 @@ def test_distilled_reasoning_comes_before_the_predicted_observation(base, tmp_pa
     store, cfg, _ = base
     s = tmp_path / "s"
     shutil.copytree(store, s)
-    seen = []
-
-    class Teacher(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append(body)
-            reply = {"choices": [{"message": {"role": "assistant", "content": "The listing shows the new file."}}]}
-            data = json.dumps(reply).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Teacher)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    teacher = ChatServer([{"content": "The listing shows the new file."}] * 40)  # fails once first: retried
     try:
         (cid,) = [p.parent.name for p in (s / "curated").glob("*/report.json")]
-        url = f"http://127.0.0.1:{httpd.server_port}/v1"
-        out = cli("distill", "--store", str(s), "--curation", cid, "--model", "teacher", "--base-url", url, "--limit", "40")
+        out = cli("distill", "--store", str(s), "--curation", cid, "--model", "teacher", "--base-url", teacher.url,
+                  "--limit", "40")  # fmt: skip
         assert out.stdout.startswith("40 reasoning texts")
     finally:
-        httpd.shutdown()
-    assert len(seen) == 40 and seen[0]["model"] == "teacher" and "Answer:" in seen[0]["messages"][1]["content"]
+        teacher.close()
+    seen = [body for _, body in teacher.requests]
+    assert len(seen) == 41 and seen[0]["model"] == "teacher" and "Answer:" in seen[0]["messages"][1]["content"]
     only_sft = MixtureConfig.model_validate({**cfg.model_dump(), "stages": {"sft": {}}})
     create_release(only_sft, str(s), "wm-distilled", "1", beam_args=IN_MEMORY, log=lambda m: None)
     rows = run_query("SELECT completion, has_reasoning FROM release_sft WHERE name = 'wm-distilled'", str(s)).to_pylist()
