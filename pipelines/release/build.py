@@ -119,15 +119,16 @@ def split_trajectories(store: Store, shards: list[tuple[str, str]]) -> set[str]:
     others are built while a shard streams by."""
     seen: dict[str, int] = {}
     spanning = set()
+    from pipelines.store.shards import read_column
+
     for i, (_, path) in enumerate(shards):
         previous = None
-        for batch in read_shard(store.sfs, path):
-            for t in batch.column("trajectory_id").to_pylist():
-                if t != previous:
-                    if t in seen:  # a second run of rows: another shard, or later in this one
-                        spanning.add(t)
-                    seen[t] = i
-                    previous = t
+        for t in read_column(store.sfs, path, "trajectory_id").to_pylist():
+            if t != previous:
+                if t in seen:  # a second run of rows: another shard, or later in this one
+                    spanning.add(t)
+                seen[t] = i
+                previous = t
     return spanning
 
 

@@ -71,6 +71,21 @@ def stored_batches(sfs: StoreFS, path: str, *, full_check: bool = False) -> Iter
         yield version, batch
 
 
+def read_column(sfs: StoreFS, path: str, name: str) -> pa.ChunkedArray:
+    """One top-level column of a shard (e.g. ``trajectory_id``), decompressing only its buffers."""
+    reader, _ = open_shard(sfs, path)
+    index = reader.schema.get_field_index(name)
+    if index < 0:
+        raise ShardError(path, f"no column {name!r}")
+    f = sfs.fs.open_input_file(path)
+    try:
+        only = ipc.open_file(f, options=ipc.IpcReadOptions(included_fields=[index]))
+        return pa.chunked_array([only.get_batch(i).column(0) for i in range(only.num_record_batches)],
+                                type=reader.schema.field(index).type)  # fmt: skip
+    finally:
+        f.close()
+
+
 def read_shard(sfs: StoreFS, path: str, *, migrate_to: int | None = None) -> Iterator[pa.RecordBatch]:
     """Logical record batches of a shard, lifted to the current schema version (or ``migrate_to``)."""
     for version, batch in stored_batches(sfs, path):

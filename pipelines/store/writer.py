@@ -52,6 +52,17 @@ class WriterOptions:
                 raise SchemaError(f"writer.{name}", f"must be >= 1, got {getattr(self, name)}")
 
 
+def _trajectory_boundary(batch: pa.RecordBatch, room: int) -> int:
+    """The last row index <= ``room`` where a new trajectory starts, else ``room``."""
+    if room <= 0:
+        return 0
+    ids = batch.column("trajectory_id").slice(0, room + 1).to_pylist()
+    for i in range(len(ids) - 1, 0, -1):
+        if ids[i] != ids[i - 1]:
+            return i
+    return room
+
+
 def _text_bytes(t: Transition) -> int:
     return len(t.state.text) + len(t.next_state.text) + len(t.action.raw) + len(t.action.canonical) + 512
 
@@ -143,8 +154,12 @@ class ShardWriter:
             raise StoreError(f"{self.dir}: writer is closed")
         room = self.options.rows_per_shard - self._shard_rows
         if batch.num_rows > room and not whole:  # rows_per_shard caps rows: split the batch across shards
-            self._write(batch.slice(0, room))
-            self._write(batch.slice(room))
+            cut = _trajectory_boundary(batch, room)  # so that curation passes can split a run between shards
+            if cut:
+                self._write(batch.slice(0, cut))
+            if self._ipc is not None:
+                self._finish_shard()
+            self._write(batch.slice(cut))
             return
         if batch.num_rows == 0:
             return

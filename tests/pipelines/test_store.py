@@ -13,7 +13,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.store import ShardWriter, Store, StoreWriter, WriterOptions, repair
+from pipelines.store import ShardWriter, Store, StoreWriter, WriterOptions, read_shard, repair
 from pipelines.store.check import check_path
 from pipelines.store.manifest import RunManifest
 from schemas import StoreError, from_record_batch, to_record_batch
@@ -279,3 +279,14 @@ def test_an_episode_is_one_batch_never_split(tmp_path):
         w.write_episode(ts[:12])
     (entry,) = Store(tmp_path / "s").runs()[0].manifest.shards
     assert entry.rows == 12
+
+
+def test_shards_roll_at_trajectory_boundaries_where_they_can(tmp_path):
+    ts = make_transitions(400)
+    with StoreWriter(str(tmp_path / "s"), "synth-s0", WriterOptions(rows_per_batch=64, rows_per_shard=40)) as w:
+        w.write_many(ts)
+    for run in Store(tmp_path / "s").runs():
+        assert len(run.manifest.shards) > 1 and all(e.rows <= 40 for e in run.manifest.shards)
+        firsts = [next(read_shard(Store(tmp_path / "s").sfs, p)).column("step")[0].as_py() for p in run.shard_paths()]
+        assert firsts == [0] * len(firsts)  # every shard starts a trajectory: no trajectory spans two shards
+    assert sum(1 for _ in Store(tmp_path / "s").iter_transitions()) == 400

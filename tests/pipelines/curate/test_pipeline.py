@@ -242,8 +242,10 @@ def test_a_large_run_is_split_between_passes_at_shard_boundaries_only(tmp_path):
     results = {}
     for name, limit in (("one", 100_000), ("many", 120)):
         gen = Synthesizer(3, duplicates=0.3, **SMALL)
-        with StoreWriter(str(tmp_path / name), gen.run_id, WriterOptions(rows_per_batch=7, rows_per_shard=50)) as w:
-            w.write_many(gen.transitions(400))  # shards roll mid-trajectory
+        ts = list(gen.transitions(400))
+        for a, b in ((0, 101), (101, 203), (203, 333), (333, 400)):  # a writer closed mid-trajectory: a shard ends there
+            with StoreWriter(str(tmp_path / name), gen.run_id, WriterOptions(rows_per_batch=7, rows_per_shard=60)) as w:
+                w.write_many(ts[a:b])
         store = Store(tmp_path / name)
         inputs = plan_inputs(store, CurationConfig())
         joined = boundary_trajectories(store, inputs)
