@@ -49,8 +49,11 @@ def run_size(n: int, work: Path, existing: str | None = None) -> dict:
         "d['children_rss_mb'] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e3; print(json.dumps(d))"
     )
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
+    if out.returncode:
+        sys.exit(f"release create failed after {wall:.0f} s:\n" + "\n".join(
+            line for line in out.stderr.splitlines() if not line.startswith(("INFO:", "WARNING:root")))[-6000:])  # fmt: skip
     report = json.loads(out.stdout.strip().splitlines()[-1])
     release = Path(report["path"])
     size = sum(f.stat().st_size for f in release.rglob("*") if f.is_file())
