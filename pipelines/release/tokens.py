@@ -53,10 +53,12 @@ class PieceCounts:
         self.cache: dict[str, int] = {}
 
     def warm(self, pieces) -> None:
+        pieces = list(pieces)
         missing = list(dict.fromkeys(p for p in pieces if p not in self.cache))
         if missing:
-            if len(self.cache) + len(missing) > self.max_entries:
+            if len(self.cache) + len(missing) > self.max_entries:  # full: start again with just these pieces
                 self.cache.clear()
+                missing = list(dict.fromkeys(pieces))
             self.cache.update(zip(missing, self.counter.count(missing), strict=True))
 
     def __call__(self, pieces) -> int:

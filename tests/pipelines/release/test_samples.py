@@ -159,3 +159,12 @@ def test_a_tokenizer_that_cannot_load_is_a_clear_error(tmp_path):
         load_tokenizer(str(tmp_path))
     with pytest.raises(ConfigError, match=r"no tokenizer.json there"):
         load_tokenizer(str(tmp_path / "missing"))
+
+
+def test_piece_counts_stay_right_when_the_cache_fills(tokenizer):
+    small = PieceCounts(tokenizer.counter, max_entries=4)
+    pieces = [f"file {i} " * (i + 1) for i in range(10)]
+    for i in range(len(pieces) - 2):
+        window = pieces[i : i + 3]
+        assert small(window) == sum(exact(tokenizer, window))  # a full cache is emptied, never half-used
+    assert len(small.cache) <= 4
