@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= dev
+# The CPU build of torch, installed before the project so that its `torch>=2.4` does not pull a CUDA build.
+TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
 .PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release clean
@@ -11,6 +13,7 @@ STORE ?= demo-store
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
 	$(PY) -m pip install -q --upgrade pip
+	@if echo "$(EXTRAS)" | grep -qE 'dev|train'; then $(PY) -m pip install -q "$(TORCH)"; fi
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@touch $@
 

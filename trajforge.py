@@ -14,6 +14,7 @@ from collectors.cli import app as collectors_app
 from pipelines.cli import app as pipelines_app
 from sandboxes.cli import app as sandboxes_app
 from schemas.errors import TrajforgeError
+from training.cli import app as training_app
 
 app = typer.Typer(
     name="trajforge",
@@ -24,6 +25,7 @@ app = typer.Typer(
 app.add_typer(collectors_app)
 app.add_typer(pipelines_app)
 app.add_typer(sandboxes_app, name="sandboxes")
+app.add_typer(training_app, name="train")
 
 
 def main() -> None:

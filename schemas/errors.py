@@ -57,3 +57,7 @@ def require(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(module, extra) from exc
+
+
+class TrainingError(TrajforgeError):
+    """Training cannot go on (NaN loss, a stage missing from a release); names the step or file."""
