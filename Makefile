@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release clean
+.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -41,6 +41,9 @@ demo: install system-deps
 	$(VENV)/bin/trajforge tokenizer train --store $(STORE) --out $(STORE)/tokenizer.json --vocab-size 2048
 	$(VENV)/bin/trajforge release create examples/mixtures/default.yaml --store $(STORE) --name demo --version 1
 	$(VENV)/bin/trajforge release verify $(STORE)/releases/demo/1
+	$(VENV)/bin/trajforge train cpt examples/training/tiny-cpt.yaml --store $(STORE) --output $(STORE)/runs/tiny-cpt
+	$(VENV)/bin/trajforge train sft examples/training/tiny-sft.yaml --store $(STORE) --output $(STORE)/runs/tiny-sft
+	$(VENV)/bin/trajforge train eval --model $(STORE)/runs/tiny-sft --store $(STORE) --release demo/1 --max-samples 4 --max-new-tokens 32 --rollouts 2
 
 test: install sandboxes
 	$(VENV)/bin/ruff check .
@@ -73,6 +76,9 @@ bench-neardup: install .venv-datatrove/.installed
 
 bench-release: install
 	$(PY) benchmarks/release.py
+
+bench-train: install
+	$(PY) benchmarks/train.py
 
 clean:
 	rm -rf $(VENV) $(STORE) .pytest_cache

@@ -153,7 +153,7 @@ def evaluate(model_dir: str, store: str, release: str, split: str = "test", spec
             depth_scores[chain[0]["domain"]][k].append(score(out, chain[k])["chrf"])
     for d, per_depth in sorted(depth_scores.items()):
         report.open_loop[d] = [sum(x) / len(x) for x in per_depth]
-        if report.open_loop[d][0] > 0:
+        if report.open_loop[d][0] >= 0.05:  # a ratio of near-zero scores says nothing
             report.domains.setdefault(d, {})["consistency"] = report.open_loop[d][-1] / report.open_loop[d][0]
     if judge is not None:
         report.judge = _judge_table(judge, flat, completions)

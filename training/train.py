@@ -42,13 +42,15 @@ class TrainReport:
     manifest_sha256: str
     steps: int = 0
     samples: int | None = None
-    left_out_too_long: int = 0
+    left_out_too_long: int | None = 0  # SFT samples longer than max_length (None: streaming, not counted)
     train_tokens: int = 0
     seconds: float = 0.0
     tokens_per_s: float = 0.0
     final_loss: float | None = None
     resumed_from: str | None = None
     packing_efficiency: float | None = None  # CPT/SFT: real tokens / (sequences x max_length)
+    peak_gpu_mb: float | None = None
+    parameters: int = 0
     tokenizer_matches_release: bool | None = None
     config: dict[str, Any] = field(default_factory=dict)
     log_history: list[dict[str, Any]] = field(default_factory=list)
@@ -89,8 +91,9 @@ def _callbacks(output: str, progress_update):
     return [Watch()]
 
 
-def _sft_length_filter(ds, tokenizer, max_length: int):
-    """Keep samples whose whole chat (prompt + completion) fits; count the others."""
+def _sft_length_filter(ds, tokenizer, max_length: int, streaming: bool):
+    """Keep samples whose whole chat (prompt + completion) fits; count the others (not
+    known ahead when streaming: the filter then runs as samples stream by)."""
 
     def size(batch):
         ids = tokenizer.apply_chat_template([p + c for p, c in zip(batch["prompt"], batch["completion"], strict=True)],
@@ -98,8 +101,8 @@ def _sft_length_filter(ds, tokenizer, max_length: int):
         return {"_n": [len(x) for x in ids]}
 
     sized = ds.map(size, batched=True, batch_size=256)
-    kept = sized.filter(lambda n: n <= max_length, input_columns="_n")
-    return kept.remove_columns("_n"), len(sized) - len(kept)
+    kept = sized.filter(lambda n: n <= max_length, input_columns="_n").remove_columns("_n")
+    return kept, None if streaming else len(sized) - len(kept)
 
 
 def _common_args(cfg: TrainConfig, output: str, use_cpu: bool, bf16: bool) -> dict[str, Any]:
@@ -151,9 +154,9 @@ def run(cfg: TrainConfig, *, progress_update=lambda step, info="": None, extra_c
     common = _common_args(cfg, output, use_cpu, bf16)
     callbacks = [*_callbacks(output, progress_update), *extra_callbacks]
     if cfg.stage in ("cpt", "sft"):
-        if cfg.stage == "sft" and not cfg.streaming:
-            ds, report.left_out_too_long = _sft_length_filter(ds, tokenizer, cfg.max_length)
-            if len(ds) == 0:
+        if cfg.stage == "sft":
+            ds, report.left_out_too_long = _sft_length_filter(ds, tokenizer, cfg.max_length, cfg.streaming)
+            if not cfg.streaming and len(ds) == 0:
                 raise TrainingError(f"{rel.root}: no SFT sample fits max_length {cfg.max_length}")
         args = trl.SFTConfig(**common, max_length=cfg.max_length, packing=cfg.packing,
                              packing_strategy="bfd_split" if cfg.stage == "cpt" else "bfd",
@@ -175,6 +178,7 @@ def run(cfg: TrainConfig, *, progress_update=lambda step, info="": None, extra_c
                                   processing_class=tokenizer, callbacks=callbacks)  # fmt: skip
     trainer.remove_callback(need("transformers").PrinterCallback)  # the progress display shows the logs
     report.samples = None if cfg.streaming else len(ds)
+    report.parameters = sum(p.numel() for p in model.parameters())
     resume = last_checkpoint(output)
     report.resumed_from = resume
     t0 = time.monotonic()
@@ -187,6 +191,8 @@ def run(cfg: TrainConfig, *, progress_update=lambda step, info="": None, extra_c
     tokens = [h["num_tokens"] for h in report.log_history if "num_tokens" in h]
     report.train_tokens = int(tokens[-1]) if tokens else 0
     report.tokens_per_s = report.train_tokens / report.seconds if report.seconds else 0.0
+    if not use_cpu:
+        report.peak_gpu_mb = torch.cuda.max_memory_allocated() / 2**20
     trainer.save_model(output)
     tokenizer.save_pretrained(output)
     _write_report(report, Path(output))

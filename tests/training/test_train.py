@@ -204,3 +204,16 @@ def test_every_shipped_config_loads():
     for path in sorted(EXAMPLES.glob("*.yaml")):
         cfg = load_train_config(path)
         assert isinstance(cfg, TrainConfig) and cfg.stage in path.name and cfg.release and cfg.output
+
+
+def test_streaming_reads_the_release_as_an_iterable(release, tmp_path):
+    from training.train import run
+
+    for stage in ("cpt", "sft"):
+        path = config(tmp_path / f"{stage}.yaml", stage, streaming=True, max_length=1024, train={"max_steps": 2})
+        out = tmp_path / stage
+        got = run(load_train_config(path).override(store=release, output=str(out)))
+        assert got.steps == 2 and got.samples is None and got.train_tokens > 0 and (out / "model.safetensors").is_file()
+    assert got.left_out_too_long is None  # not known ahead when streaming
+    with pytest.raises(ValueError, match=r"streaming needs train\.max_steps"):
+        TrainConfig.model_validate({"stage": "cpt", "model": {"init": {}}, "streaming": True})
