@@ -34,3 +34,22 @@ def test_rollout_chains_need_every_step_up_to_k():
     chains = _rollout_chains(records, 2, per_domain=5)
     assert [c[0]["trajectory_id"] for c in chains] == ["t1"]
     assert _rollout_chains(records, 2, per_domain=0) == []
+
+
+def test_judge_table_averages_the_five_scores_and_counts_failures():
+    import json
+
+    from tests.collectors.test_policies import ChatServer
+    from training.config import Judge
+    from training.evaluate import _judge_table
+
+    good = {"format": 5, "factuality": 3, "consistency": 4, "realism": 2, "quality": 1}
+    server = ChatServer([{"content": json.dumps(good)}, {"content": "not json"}])  # after the first request's 500
+    try:
+        records = [rec(0, 0, "a", [{"role": "user", "content": "ls"}], domain="terminal"),
+                   rec(1, 0, "b", [{"role": "user", "content": "ls"}], domain="web")]  # fmt: skip
+        table = _judge_table(Judge(base_url=server.url, model="j", retries=1, concurrency=1), records, ["x", "y"])
+    finally:
+        server.close()
+    assert table["terminal"] == {**{k: float(v) for k, v in good.items()}, "failures": 0}
+    assert table["web"] == {"failures": 1}

@@ -217,3 +217,15 @@ def test_streaming_reads_the_release_as_an_iterable(release, tmp_path):
     assert got.left_out_too_long is None  # not known ahead when streaming
     with pytest.raises(ValueError, match=r"streaming needs train\.max_steps"):
         TrainConfig.model_validate({"stage": "cpt", "model": {"init": {}}, "streaming": True})
+
+
+def test_gpu_check_script_runs_its_plumbing_on_the_cpu(tmp_path):
+    """training/gpu_check.sh is meant for a CUDA GPU; SIZE=tiny runs every step of it here."""
+    env = {**os.environ, "SIZE": "tiny", "STEPS": "2", "TRANSITIONS": "1500", "WORK": str(tmp_path / "g"),
+           "PY": sys.executable}  # fmt: skip
+    proc = subprocess.run(["bash", str(EXAMPLES.parents[1] / "training" / "gpu_check.sh")], capture_output=True, text=True,
+                          env=env, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "| cpt |" in proc.stdout and "| sft |" in proc.stdout and "MFU" in proc.stdout
+    assert "world-model fidelity" in proc.stdout and "gpu_check: done" in proc.stdout
+    assert json.loads((tmp_path / "g" / "eval.json").read_text())["domains"]
