@@ -57,8 +57,16 @@ class TrainReport:
 
 
 def last_checkpoint(output: str | Path) -> str | None:
+    """The newest complete checkpoint. The Trainer writes ``trainer_state.json`` last, so a
+    run killed while saving leaves a folder without a readable one: it is passed over."""
     ckpts = [p for p in Path(output).glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
-    return str(max(ckpts, key=lambda p: int(p.name.split("-")[-1]))) if ckpts else None
+    for ckpt in sorted(ckpts, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
+        try:
+            json.loads((ckpt / "trainer_state.json").read_text())
+            return str(ckpt)
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _callbacks(output: str, progress_update):

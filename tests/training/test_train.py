@@ -144,11 +144,17 @@ def test_resume_after_kill_continues_the_same_run(release, tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "training_report.json").exists()
+    from training.train import last_checkpoint
+
+    newest = int(last_checkpoint(out).rsplit("-", 1)[1])
+    half = out / f"checkpoint-{newest + 4}"  # as if killed while saving the next checkpoint: passed over
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"partial")
     done = cli("train", "cpt", cfg, "--store", release, "--output", str(out))
     assert "resumed from" in done.stdout
     resumed = report(out)
     start = int(resumed["resumed_from"].rsplit("-", 1)[1])
-    assert 8 <= start < 24
+    assert 8 <= start == newest < 24
     ref_loss = {h["step"]: h["loss"] for h in report(ref)["log_history"] if "loss" in h}
     got_loss = {h["step"]: h["loss"] for h in resumed["log_history"] if "loss" in h}
     after = [s for s in sorted(got_loss) if s > start]
