@@ -34,6 +34,8 @@ demo: install system-deps
 	$(VENV)/bin/trajforge sandboxes build --local-only
 	$(VENV)/bin/trajforge synth $(STORE) --transitions 2000 --seed 1 --duplicates 0.1
 	$(VENV)/bin/trajforge collect examples/jobs/terminal-swe.yaml --store $(STORE)
+	$(VENV)/bin/trajforge collect examples/jobs/web.yaml --store $(STORE)
+	$(VENV)/bin/trajforge collect examples/jobs/web-explore.yaml --store $(STORE)
 	$(VENV)/bin/trajforge shards validate $(STORE)
 	$(VENV)/bin/trajforge query "SELECT task_id, count(*) AS steps, max(reward) AS reward, any_value(provenance.sandbox_backend) AS sandbox FROM transitions WHERE provenance.job_id = 'terminal-swe' GROUP BY 1 ORDER BY 1" --store $(STORE)
 	$(VENV)/bin/trajforge query "SELECT domain, count(*) AS transitions, count(DISTINCT trajectory_id) AS trajectories, round(avg(length(next_state.text))) AS avg_next_state_chars, round(avg(CASE WHEN action_error IS NULL THEN 0 ELSE 1 END), 3) AS failed_ratio FROM transitions GROUP BY 1 ORDER BY 1" --store $(STORE)

@@ -12,6 +12,7 @@
     workers: 2                      # processes; 0 runs inline
     retries: 2                      # infrastructure failures per episode
     sandbox: {backend: local, memory_mb: 512}
+    web: {allowed_origins: [], screenshot: false}  # web episodes only
 
 Unknown keys, wrong types, missing task files and unknown domains are refused with the
 file, the key and what was expected.
@@ -54,6 +55,18 @@ class PolicySection(BaseModel):
     max_steps: int | None = None
 
 
+class WebSection(BaseModel):
+    """Settings of web episodes (``collectors.web.env.WebOptions``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    allowed_origins: list[str] = Field(default_factory=list)  # the shipped sites' origin is always allowed
+    screenshot: bool = False
+    html: bool = False
+    settle_timeout_ms: int = Field(3000, ge=100)
+    obs_cap_chars: int = Field(20_000, ge=1000)
+    action_timeout_ms: int = Field(5000, ge=100)
+
+
 class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     job_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -68,6 +81,10 @@ class JobConfig(BaseModel):
     workers: int = Field(1, ge=0)
     retries: int = Field(2, ge=0)
     sandbox: SandboxSection = SandboxSection()
+    web: WebSection = WebSection()
+
+    def env_options(self, domain: str) -> dict[str, Any]:
+        return {"options": self.web.model_dump()} if domain == "web" else {}
 
     def sandbox_config(self, run_id: str) -> SandboxConfig:
         s = self.sandbox.model_dump(exclude_none=True)

@@ -77,7 +77,28 @@ class ExplorationPolicy(Policy):
         self.steps += 1
         if self.steps > self.max_steps:
             return {"action": "submit"} if self.task.domain == "swe" else None
+        if self.task.domain == "web":
+            return self._web(observation)
         return self._swe() if self.task.domain == "swe" else self._terminal()
+
+    def _web(self, observation: Observation) -> dict[str, Any]:
+        """Click, type into and select among the page's own elements (bids from the text);
+        now and then scroll, go back or press a key. Links lead only where the page does."""
+        r = self.rng
+        nodes = re.findall(r"\[([\w-]+)\] (\w+)", observation.text)
+        fields = [b for b, role in nodes if role in ("textbox", "searchbox")]
+        clickable = [b for b, role in nodes if role in ("link", "button", "checkbox", "radio", "tab", "menuitem")]
+        selects = [b for b, role in nodes if role in ("combobox", "listbox")]
+        roll = r.random()
+        if fields and roll < 0.3:
+            return {"action": "fill", "bid": r.choice(fields), "text": f"{r.choice(_WORDS)} {r.randint(1, 99)}"}
+        if selects and roll < 0.4:
+            options = re.findall(r'option "([^"]+)"', observation.text)
+            return {"action": "select_option", "bid": r.choice(selects), "value": r.choice(options) if options else ""}
+        if clickable and roll < 0.85:
+            return {"action": "click", "bid": r.choice(clickable)}
+        return r.choice([{"action": "go_back"}, {"action": "scroll", "dx": 0, "dy": r.choice([300, -300])},
+                         {"action": "press", "key": r.choice(["Tab", "Enter", "Escape"])}])  # fmt: skip
 
     def _terminal(self) -> dict[str, Any]:
         r = self.rng

@@ -9,6 +9,7 @@ from sandboxes.base import SandboxConfig
 ENVIRONMENTS: dict[str, str] = {
     "terminal": "collectors.terminal:TerminalEnv",
     "swe": "collectors.swe:SWEEnv",
+    "web": "collectors.web.env:WebEnv",
 }
 
 
@@ -17,5 +18,6 @@ def env_class(domain: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def make_env(domain: str, sandbox: SandboxConfig, env_id: str = "default"):
-    return env_class(domain)(sandbox=sandbox, env_id=env_id)
+def make_env(domain: str, sandbox: SandboxConfig, env_id: str = "default", **options):
+    """``options``: a domain's own settings from the job (the web section for web)."""
+    return env_class(domain)(sandbox=sandbox, env_id=env_id, **options)

@@ -85,7 +85,8 @@ def _env_for(spec: EpisodeSpec, job: JobConfig):
     key = (spec.task.domain, spec.task.env_id)
     env = _ENVS.get(key)
     if env is None or env.closed:
-        env = _ENVS[key] = make_env(spec.task.domain, job.sandbox_config(spec.run_id), spec.task.env_id)
+        env = _ENVS[key] = make_env(spec.task.domain, job.sandbox_config(spec.run_id), spec.task.env_id,
+                                    **job.env_options(spec.task.domain))  # fmt: skip
     return env
 
 
