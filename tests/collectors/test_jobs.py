@@ -206,8 +206,10 @@ def test_cron_line_runs_the_job(tmp_path):
     assert "ExecStart=/opt/trajforge/.venv/bin/trajforge collect examples/jobs/terminal-swe.yaml" in unit
 
 
-@pytest.mark.parametrize("job_file", sorted(p for p in (ROOT / "examples" / "jobs").glob("*.yaml") if not p.name.startswith("web")),
-                         ids=lambda p: p.name)  # the web jobs: tests/collectors/test_web.py
+SANDBOX_JOBS = sorted(p for p in (ROOT / "examples" / "jobs").glob("*.yaml") if not p.name.startswith("web"))
+
+
+@pytest.mark.parametrize("job_file", SANDBOX_JOBS, ids=lambda p: p.name)  # the web jobs: tests/collectors/test_web.py
 def test_example_jobs_run(job_file, tmp_path, built):
     job, tasks = load_job(job_file)
     assert {t.domain for t in tasks} == {"terminal", "swe"}
