@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train clean
+.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -81,6 +81,9 @@ bench-release: install
 
 bench-train: install
 	$(PY) benchmarks/train.py
+
+bench-web: install system-deps
+	$(PY) benchmarks/web.py
 
 clean:
 	rm -rf $(VENV) $(STORE) .pytest_cache
