@@ -153,3 +153,25 @@ def test_example_jobs_collect_web_episodes(tmp_path):
     assert all(scripted[t]["reward"] == 1.0 for t, task in TASKS.items() if task.check)
     explored = [r for r in rows if r["job"] == "web-explore"]
     assert len(explored) == len(TASKS) and all(r["steps"] >= 5 for r in explored)
+
+
+def test_the_same_environment_serves_a_users_own_site_by_url():
+    from collectors.env import Task
+    from collectors.web.sites.server import SiteServer
+
+    site = SiteServer().start()  # stands in for a self-hosted app (WebArena-style) at some URL
+    try:
+        task = Task(id="own/wiki", domain="web", env_id="intranet", instruction="Open the wiki.",
+                    extra={"start_url": f"{site.url}/wiki/"})  # fmt: skip
+        with WebEnv(env_id="intranet", options={"allowed_origins": [site.url], "settle_timeout_ms": 1500}) as env:
+            assert env.server is None
+            obs, _ = env.reset(task=task)
+            assert '[article-kettle] link "Kettle"' in obs.text
+            obs, _, _, _, info = env.step({"action": "click", "bid": "article-kettle"})
+            assert info["action_error"] is None and "Title: Kettle" in obs.text
+            assert env.check_task(task) == (None, "no check")
+        with WebEnv(env_id="intranet", options={"settle_timeout_ms": 1500}) as env:  # its origin not allowed
+            with pytest.raises(EnvError, match="not in the allowed origins"):
+                env.reset(task=task)
+    finally:
+        site.stop()
