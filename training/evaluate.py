@@ -16,7 +16,6 @@ With a judge, the same predictions get the five AgentWorldBench scores as a seco
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -163,9 +162,8 @@ def evaluate(model_dir: str, store: str, release: str, split: str = "test", spec
 def _judge_table(judge: Judge, records: list[dict], completions: list[str]) -> dict[str, dict[str, float]]:
     from training.rewards import DIMENSIONS, LLMJudge
 
-    j = LLMJudge(judge)
-    scores = asyncio.run(j.score_many([(r["prompt"], unwrap(c), r["ground_truth"]) for r, c in zip(records, completions,
-                                                                                                   strict=True)]))  # fmt: skip
+    items = [(r["prompt"], unwrap(c), r["ground_truth"]) for r, c in zip(records, completions, strict=True)]
+    scores = LLMJudge(judge).score_many_sync(items)
     out: dict[str, dict[str, float]] = {}
     for d in sorted({r["domain"] for r in records}):
         got = [s for s, r in zip(scores, records, strict=True) if r["domain"] == d and s is not None]

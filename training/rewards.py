@@ -103,6 +103,14 @@ class LLMJudge:
     async def score_many(self, items: Sequence[tuple[Any, str, str]]) -> list[dict[str, int] | None]:
         return await asyncio.gather(*(self.score(*item) for item in items))
 
+    def score_many_sync(self, items: Sequence[tuple[Any, str, str]]) -> list[dict[str, int] | None]:
+        """``score_many`` from synchronous code, in a thread of its own (this thread may
+        already run an event loop: a notebook, or a Playwright driver)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, self.score_many(items)).result()
+
 
 def make_reward(cfg: RL):
     """The combined reward as one async TRL reward function (TRL runs it on its event loop)."""

@@ -85,6 +85,13 @@ def playwright_driver():
     return _DRIVER[pid]
 
 
+def stop_playwright_driver() -> None:
+    """Stop this process's driver now (it holds an asyncio loop in this thread while it runs)."""
+    driver = _DRIVER.pop(os.getpid(), None)
+    if driver is not None:
+        _stop_driver(driver)
+
+
 def _origin(url: str) -> str:
     u = urlparse(url)
     return f"{u.scheme}://{u.netloc}"

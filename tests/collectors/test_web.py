@@ -24,6 +24,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TASKS = {t.id: t for t in load_suite(ROOT / "examples" / "tasks" / "web.yaml")}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _driver():
+    """Playwright's driver runs an asyncio loop in this thread: stop it when the module ends,
+    so later tests (asyncio.run) do not find a running loop."""
+    yield
+    from collectors.web.env import stop_playwright_driver
+
+    stop_playwright_driver()
+
+
 @pytest.fixture(scope="module")
 def env():
     with WebEnv(options=WebOptions(settle_timeout_ms=1500)) as e:
