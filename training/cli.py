@@ -34,7 +34,7 @@ def _train(stage: str, config: str, store: str | None, release: str | None, outp
                + (f", resumed from {report.resumed_from}" if report.resumed_from else ""))  # fmt: skip
     if report.packing_efficiency is not None:
         left = f"; {report.left_out_too_long} samples longer than max_length left out" if stage == "sft" else ""
-        typer.echo(f"packing efficiency {report.packing_efficiency:.3f}{left}")
+        typer.echo(f"packing: bin fill {report.packing_efficiency:.3f} (batches are padding-free){left}")
     typer.echo(f"model and report in {report.output}")
 
 

@@ -48,7 +48,7 @@ class TrainReport:
     tokens_per_s: float = 0.0
     final_loss: float | None = None
     resumed_from: str | None = None
-    packing_efficiency: float | None = None  # CPT/SFT: real tokens / (sequences x max_length)
+    packing_efficiency: float | None = None  # bin fill, real tokens / (sequences x max_length); batches carry no padding
     peak_gpu_mb: float | None = None
     parameters: int = 0
     tokenizer_matches_release: bool | None = None
