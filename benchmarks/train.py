@@ -60,24 +60,18 @@ def _config(store: str, release: str, stage: str, max_length: int, out: str, ste
 
 
 def _trainer(cfg):
-    """The SFTTrainer as ``training.train.run`` builds it (tokenising and packing happen in its constructor)."""
-    import trl
-
+    """The SFTTrainer exactly as ``training.train.run`` builds it; (None, (0, total)) when no SFT sample fits."""
+    from schemas.errors import TrainingError
     from training.assets import load_model, load_split, load_tokenizer, open_release
-    from training.train import _common_args, _sft_length_filter
+    from training.train import _common_args, sft_trainer
 
     tok = load_tokenizer(cfg)
     rel = open_release(cfg.store, cfg.release, cfg.stage, "train")
-    ds = load_split(rel, cfg.stage, "train")
-    if cfg.stage == "sft":
-        total = len(ds)
-        ds, _ = _sft_length_filter(ds, tok, cfg.max_length, False)
-        if len(ds) == 0:
-            return None, (0, total)
-    args = trl.SFTConfig(**_common_args(cfg, cfg.output, True, False), max_length=cfg.max_length, packing=True,
-                         packing_strategy="bfd_split" if cfg.stage == "cpt" else "bfd",
-                         completion_only_loss=cfg.stage == "sft")  # fmt: skip
-    return trl.SFTTrainer(model=load_model(cfg.model, tok), args=args, train_dataset=ds, processing_class=tok), ds
+    try:
+        trainer, ds, _ = sft_trainer(cfg, rel, tok, load_model(cfg.model, tok), _common_args(cfg, cfg.output, True, False))
+    except TrainingError:
+        return None, (0, len(load_split(rel, cfg.stage, "train")))
+    return trainer, ds
 
 
 def loading(store: str, release: str, work: Path) -> tuple[float, int, float]:

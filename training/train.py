@@ -127,6 +127,24 @@ def _common_args(cfg: TrainConfig, output: str, use_cpu: bool, bf16: bool) -> di
     }  # fmt: skip
 
 
+def sft_trainer(cfg: TrainConfig, rel, tokenizer, model, common: dict[str, Any], callbacks=()):
+    """TRL's SFTTrainer for CPT (every token, ``bfd_split``) or SFT (completion only, BFD,
+    over-long samples left out); tokenising and packing happen in its constructor.
+    Returns (trainer, dataset, samples left out)."""
+    trl = need("trl")
+    ds = load_split(rel, cfg.stage, cfg.split, streaming=cfg.streaming, max_samples=cfg.max_samples)
+    left_out = 0
+    if cfg.stage == "sft":
+        ds, left_out = _sft_length_filter(ds, tokenizer, cfg.max_length, cfg.streaming)
+        if not cfg.streaming and len(ds) == 0:
+            raise TrainingError(f"{rel.root}: no SFT sample fits max_length {cfg.max_length}")
+    args = trl.SFTConfig(**common, max_length=cfg.max_length, packing=cfg.packing,
+                         packing_strategy="bfd_split" if cfg.stage == "cpt" else "bfd",
+                         completion_only_loss=cfg.stage == "sft", dataset_num_proc=None)  # fmt: skip
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer, callbacks=list(callbacks))
+    return trainer, ds, left_out
+
+
 def prepare(cfg: TrainConfig):
     """Every check and load that can fail, before any training: release, stage, tokenizer, model."""
     missing = cfg.missing()
@@ -151,7 +169,6 @@ def run(cfg: TrainConfig, *, progress_update=lambda step, info="": None, extra_c
     bf16 = (not use_cpu and torch.cuda.is_bf16_supported()) if cfg.train.bf16 == "auto" else bool(cfg.train.bf16)
     torch.manual_seed(cfg.train.seed)
     model = load_model(cfg.model, tokenizer)
-    ds = load_split(rel, cfg.stage, cfg.split, streaming=cfg.streaming, max_samples=cfg.max_samples)
     report = TrainReport(stage=cfg.stage, output=output, release=cfg.release, manifest_sha256=rel.manifest_sha256,
                          config=cfg.model_dump(mode="json"))  # fmt: skip
     _, bare = tokenizer_source(cfg)
@@ -162,14 +179,7 @@ def run(cfg: TrainConfig, *, progress_update=lambda step, info="": None, extra_c
     common = _common_args(cfg, output, use_cpu, bf16)
     callbacks = [*_callbacks(output, progress_update), *extra_callbacks]
     if cfg.stage in ("cpt", "sft"):
-        if cfg.stage == "sft":
-            ds, report.left_out_too_long = _sft_length_filter(ds, tokenizer, cfg.max_length, cfg.streaming)
-            if not cfg.streaming and len(ds) == 0:
-                raise TrainingError(f"{rel.root}: no SFT sample fits max_length {cfg.max_length}")
-        args = trl.SFTConfig(**common, max_length=cfg.max_length, packing=cfg.packing,
-                             packing_strategy="bfd_split" if cfg.stage == "cpt" else "bfd",
-                             completion_only_loss=cfg.stage == "sft", dataset_num_proc=None)  # fmt: skip
-        trainer = trl.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer, callbacks=callbacks)
+        trainer, ds, report.left_out_too_long = sft_trainer(cfg, rel, tokenizer, model, common, callbacks)
         if cfg.packing and not cfg.streaming:
             lengths = trainer.train_dataset["seq_lengths"] if "seq_lengths" in trainer.train_dataset.column_names else None
             if lengths is not None:
@@ -178,6 +188,7 @@ def run(cfg: TrainConfig, *, progress_update=lambda step, info="": None, extra_c
         from training.rewards import make_reward
 
         r = cfg.rl
+        ds = load_split(rel, cfg.stage, cfg.split, streaming=cfg.streaming, max_samples=cfg.max_samples)
         args = trl.GRPOConfig(**common, num_generations=r.num_generations, max_completion_length=r.max_completion_length,
                               temperature=r.temperature, importance_sampling_level="sequence", loss_type="grpo",
                               beta=0.0, epsilon=r.epsilon, epsilon_high=r.epsilon_high)  # fmt: skip

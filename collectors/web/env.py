@@ -168,11 +168,15 @@ class WebEnv(Environment):
                 settled = bool(self.page.evaluate(SETTLE_JS, [self.options.quiet_ms, left]))
                 return (time.perf_counter() - t0) * 1000, settled
             except Exception as exc:
-                text = str(exc).lower()
-                if "crash" in text or "closed" in text:
+                if self._died(exc):
                     raise EnvError(f"web: the page or browser died: {str(exc).splitlines()[0][:200]}") from None
                 time.sleep(0.02)  # the document was replaced mid-wait: wait for the new one
         return (time.perf_counter() - t0) * 1000, False
+
+    def _died(self, exc: Exception) -> bool:
+        """Whether a Playwright error means the page or browser is gone (infrastructure), not the action."""
+        text = str(exc).lower()
+        return not self._browser.is_connected() or "crash" in text or "has been closed" in text
 
     def _observe(self, settle_ms: float, settled: bool, **extra: Any) -> Observation:
         try:
@@ -295,7 +299,7 @@ class WebEnv(Environment):
             raise
         except Exception as exc:  # playwright.Error / TimeoutError
             text = str(exc).splitlines()[0][:300]
-            if not self._browser.is_connected() or "crash" in text.lower() or "has been closed" in text:
+            if self._died(exc):
                 raise EnvError(f"web: the browser died during {action.kind}: {text}") from None
             raise ActionError(f"{action.kind} failed: {text}") from None
         action_ms = (time.perf_counter() - t0) * 1000
