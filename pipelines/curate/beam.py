@@ -3,8 +3,9 @@
 
 One pass over a group of input shards, on any Beam runner:
 
-1. ``ReadChunks``: each shard's record batches -> one chunk per trajectory (partial
-   MinHash signature, small step tuples); bad records and shards go to ``quarantine``.
+1. ``ReadChunks``: each piece's record batches (a shard, or rows of one cut where no
+   trajectory crosses; ``run.plan_pieces``) -> one chunk per trajectory (partial MinHash
+   signature, small step tuples); bad records and shards go to ``quarantine``.
 2. Trajectories: chunks grouped by trajectory -> a summary (exact key, signature,
    problem) and its steps. Texts never cross a shuffle.
 3. Decisions per trajectory: problems (decontamination, quality), exact duplicates (one
@@ -14,8 +15,10 @@ One pass over a group of input shards, on any Beam runner:
 4. Marks per step, grouped by (masked state, action): a kept step that repeats an
    earlier kept one (this pass, an earlier pass or curation) gets ``duplicate_of``; steps
    whose next states differ across runs get ``nondeterministic``.
-5. ``WriteShards``: decisions grouped by input shard -> that shard's curated and rejected
+5. ``WriteShards``: decisions grouped by piece -> that piece's curated and rejected
    shards, attributes, index rows and counts (``pipelines.curate.output``), in parallel.
+
+Decisions carry the piece index as ``shard``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ def _decision(tid, traj, domain, status, stage=None, reason=None, **extra) -> di
 
 
 class ReadChunks(beam.DoFn):
-    """(shard index, path) -> trajectory chunks; bad shards and records go to ``quarantine``."""
+    """(piece index, path or (path, row span)) -> trajectory chunks; bad shards and
+    records go to ``quarantine``."""
 
     def __init__(self, store: str, config: dict[str, Any]) -> None:
         self.store, self.config = store, config
@@ -57,9 +61,10 @@ class ReadChunks(beam.DoFn):
         from schemas.errors import ShardError
         from schemas.validate import checked_rows
 
-        shard, path = item
+        shard, where = item
+        path, span = where if isinstance(where, tuple) else (where, None)
         try:
-            for batch in read_shard(self.sfs, path):
+            for batch in read_shard(self.sfs, path, span=span):
                 good = []
                 ids, trajs, domains = (batch.column(c).to_pylist() for c in ("transition_id", "trajectory_id", "domain"))
                 for row, t, problems in checked_rows(batch):
@@ -344,12 +349,12 @@ def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: di
 
 
 class WriteShards(beam.PTransform):
-    """Decisions and kept summaries grouped by input shard -> that shard's outputs
-    (``pipelines.curate.output.write_shard``); yields the shard index when done."""
+    """Decisions and kept summaries grouped by piece -> that piece's outputs
+    (``pipelines.curate.output.write_shard``); yields the piece index when done."""
 
-    def __init__(self, store: str, paths: dict[int, str], work: str, curation_id: str, config: dict[str, Any]) -> None:
+    def __init__(self, store: str, paths: dict[int, tuple[str, Any]], work: str, cid: str, config: dict[str, Any]) -> None:
         super().__init__()
-        self.args = (store, paths, work, curation_id, config)
+        self.args = (store, paths, work, cid, config)
 
     def expand(self, pcolls):
         decisions, kept = pcolls
@@ -359,7 +364,8 @@ class WriteShards(beam.PTransform):
             from pipelines.curate.output import write_shard
 
             shard, grouped = item
-            write_shard(store, paths[shard], shard, work, cid, config, list(grouped["decisions"]), list(grouped["kept"]))
+            path, span = paths[shard]
+            write_shard(store, path, shard, work, cid, config, list(grouped["decisions"]), list(grouped["kept"]), span)
             yield shard
 
         return (

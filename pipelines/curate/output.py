@@ -1,15 +1,16 @@
-"""What a curation writes, one input shard at a time (in Beam workers), then put together.
+"""What a curation writes, one piece of input at a time (in Beam workers), then put together.
 
-``write_shard`` (run by ``beam.WriteShards``) takes one input shard and its decisions and
+A piece is an input shard or rows of one (``run.plan_pieces``). ``write_shard`` (run by
+``beam.WriteShards``) takes one piece and its decisions and
 writes, under ``<work>/out/NNNNNN/``: the scrubbed kept and rejected transitions (the
 store's own writer, so shards, manifests and checksums are the collection format), their
-attributes, the kept steps' and trajectories' index rows and the shard's counts. Every
-file depends only on that shard and its decisions, so a retried bundle rewrites the same
+attributes, the kept steps' and trajectories' index rows and the piece's counts. Every
+file depends only on that piece and its decisions, so a retried bundle rewrites the same
 bytes. ``finalise`` (the driver, after the last pass) moves the shards into
 ``curated/<id>/<domain>/`` and ``rejected/<id>/<domain>/`` in input order, writes their
 manifests, joins the attributes into one ``attributes.parquet`` per tree and the index
-into ``curated/_index/<id>/``, and sums the counts; nothing holds more than one input
-shard's rows at a time.
+into ``curated/_index/<id>/``, and sums the counts; nothing holds more than one piece's
+rows at a time.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def shard_dir(work: str, shard: int) -> Path:
 
 
 def write_shard(store: str, path: str, shard: int, work: str, cid: str, config: dict[str, Any],
-                decisions: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:  # fmt: skip
+                decisions: list[dict[str, Any]], kept: list[dict[str, Any]], span=None) -> None:  # fmt: skip
     cfg = CurationConfig.model_validate(config)
     out = shard_dir(work, shard)
     shutil.rmtree(out, ignore_errors=True)
@@ -70,7 +71,7 @@ def write_shard(store: str, path: str, shard: int, work: str, cid: str, config: 
     try:
         with StoreWriter(str(out), cid, kind="curated") as kept_w, StoreWriter(str(out), cid, kind="rejected") as rej_w:
             writers = {"curated": kept_w, "rejected": rej_w}
-            for batch in read_shard(sfs, path):
+            for batch in read_shard(sfs, path, span=span):
                 tally.transitions_in += batch.num_rows
                 tids = batch.column("transition_id").to_pylist()
                 decided = [by_tid.get(tid) for tid in tids]

@@ -3,11 +3,13 @@
 1. Inputs: the finished raw shards not covered by an earlier curation (filtered by
    domain). The curation id is a content hash of the config and those shards (paths and
    sha256), so rerunning a finished curation is a no-op.
-2. Beam passes over groups of whole runs, earliest first (``pipelines.curate.beam``): one
-   decision per transition, then, still in Beam, each input shard's scrubbed curated and
-   rejected shards, attributes and index rows (``pipelines.curate.output``) under
-   ``curated/<id>/_work/``. What a pass keeps is in the index the next pass reads.
-3. Here: the per-shard outputs become ``curated/<id>/<domain>/`` and
+2. The shards are cut into pieces no trajectory crosses (``plan_pieces``), and Beam
+   passes over groups of at most ``max_transitions_per_pass`` of them, earliest first
+   (``pipelines.curate.beam``): one decision per transition, then, still in Beam, each
+   piece's scrubbed curated and rejected shards, attributes and index rows
+   (``pipelines.curate.output``) under ``curated/<id>/_work/``. What a pass keeps is in
+   the index the next pass reads. Memory follows the pass, not the store or shard size.
+3. Here: the per-piece outputs become ``curated/<id>/<domain>/`` and
    ``rejected/<id>/<domain>/`` (the collection format, with manifests),
    ``attributes.parquet`` beside each tree (stage, reason, duplicate_of, cluster, flags),
    and ``curated/_index/<id>/`` (kept trajectories' keys and signatures, kept steps'
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -97,46 +100,93 @@ def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str, int, 
     return sorted(picked)
 
 
-def boundary_trajectories(store: Store, inputs: list[tuple[str, str, int, str]]) -> set[int]:
-    """Indices of input shards that continue the last trajectory of the shard before them
-    in the same run (a writer rolled mid-episode): such shards stay in one pass."""
-    from pipelines.store.shards import open_shard
+@dataclass(frozen=True)
+class Piece:
+    """The unit a Beam pass reads and writes: rows ``[start, stop)`` of input shard
+    ``input``, cut at a point no trajectory crosses. ``joins`` is true when the piece
+    continues a trajectory of the piece before it (a writer rolled its shard
+    mid-episode): the two stay in one pass."""
 
-    ends: dict[int, tuple[str | None, str | None]] = {}
-    for i, (rel, *_rest) in enumerate(inputs):
+    input: int
+    start: int
+    stop: int
+    batch_rows: tuple[int, ...] | None  # rows per record batch (None: the whole shard, unread here)
+    first_at: str
+    joins: bool = False
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+    def span(self):
+        from pipelines.store.shards import RowSpan
+
+        return None if self.batch_rows is None else RowSpan(self.start, self.stop, self.batch_rows)
+
+
+def _cuts(trajs: list[str], target: int) -> list[int]:
+    """Row indices where a shard with these trajectory ids (in row order) can be cut into
+    pieces of about ``target`` rows: no trajectory has rows on both sides of a cut, even
+    when episodes were interleaved."""
+    last = {t: i for i, t in enumerate(trajs)}
+    cuts, reach, begin = [], -1, 0
+    for i, t in enumerate(trajs):
+        if i > begin and reach < i and i - begin >= target:
+            cuts.append(i)
+            begin = i
+        reach = max(reach, last[t])
+    return cuts
+
+
+def plan_pieces(store: Store, inputs: list[tuple[str, str, int, str]], limit: int) -> list[Piece]:
+    """The input shards as pieces of at most about ``limit / 4`` transitions (a shard that
+    fits is one piece), in input order. A pass then holds at most ``limit`` transitions
+    whatever size the writer gave its shards, unless one trajectory is larger."""
+    from pipelines.store.shards import open_shard, read_column
+
+    target = max(limit // 4, 1)
+    pieces: list[Piece] = []
+    previous_last: tuple[str, str | None] = ("", None)  # (run dir, last trajectory of the shard before)
+    for i, (rel, _sha, rows, first_at) in enumerate(inputs):
+        path = store.sfs.join(rel)
         try:
-            reader, _ = open_shard(store.sfs, store.sfs.join(rel))
-            n = reader.num_record_batches
-            first = reader.get_batch(0).column("trajectory_id")[0].as_py() if n else None
-            last = reader.get_batch(n - 1).column("trajectory_id")[-1].as_py() if n else None
-        except Exception:  # an unreadable shard is quarantined by the pass that reads it
-            first = last = None
-        ends[i] = (first, last)
-    joined = set()
-    for i in range(1, len(inputs)):
-        same_run = os.path.dirname(inputs[i][0]) == os.path.dirname(inputs[i - 1][0])
-        if same_run and ends[i][0] is not None and ends[i][0] == ends[i - 1][1]:
-            joined.add(i)
-    return joined
+            if rows > target:
+                chunks = read_column(store.sfs, path, "trajectory_id").chunks
+                trajs = [t for c in chunks for t in c.to_pylist()]
+                batch_rows = tuple(len(c) for c in chunks)
+            else:
+                reader, _ = open_shard(store.sfs, path)
+                n = reader.num_record_batches
+                trajs = [reader.get_batch(0).column("trajectory_id")[0].as_py(),
+                         reader.get_batch(n - 1).column("trajectory_id")[-1].as_py()] if n else []  # fmt: skip
+                batch_rows = None
+        except Exception:  # an unreadable shard is one piece, quarantined by the pass that reads it
+            trajs, batch_rows = [], None
+        run = os.path.dirname(rel)
+        joins = bool(trajs) and previous_last == (run, trajs[0])
+        previous_last = (run, trajs[-1] if trajs else None)
+        bounds = [0, *(_cuts(trajs, target) if batch_rows else []), rows]
+        for k, (a, b) in enumerate(itertools.pairwise(bounds)):
+            pieces.append(Piece(i, a, b, batch_rows, first_at, joins and k == 0))
+    return pieces
 
 
-def pass_groups(inputs: list[tuple[str, str, int, str]], limit: int, joined: set[int] = frozenset()) -> list[list[int]]:
-    """Input indices in groups of about ``limit`` transitions, each group one bounded Beam
-    pass. A pass takes whole shards (a large run is split between its shards), never cuts
-    between a shard and the one it continues (``joined``), and passes go in the order of
-    their first transition, so what a pass keeps wins against later passes as the
-    earliest copy should."""
+def pass_groups(pieces: list[Piece], limit: int) -> list[list[int]]:
+    """Piece indices in groups of about ``limit`` transitions, each group one bounded Beam
+    pass. A piece that continues the one before it (``joins``) stays in its pass, and
+    passes go in the order of their first transition, so what a pass keeps wins against
+    later passes as the earliest copy should."""
     units: list[list[int]] = []
-    for i in range(len(inputs)):
-        if i in joined and units:
+    for i, piece in enumerate(pieces):
+        if piece.joins and units:
             units[-1].append(i)
         else:
             units.append([i])
-    units.sort(key=lambda u: (min(inputs[i][3] for i in u), inputs[u[0]][0]))
+    units.sort(key=lambda u: (min(pieces[i].first_at for i in u), u[0]))
     groups: list[list[int]] = []
     size = 0
     for unit in units:
-        rows = sum(inputs[i][2] for i in unit)
+        rows = sum(pieces[i].rows for i in unit)
         if not groups or size + rows > limit:
             groups.append([])
             size = 0
@@ -191,23 +241,25 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
         shutil.rmtree(leftover, ignore_errors=True)
     work.mkdir(parents=True)
     config = cfg.model_dump(mode="json")
-    paths = {i: sfs.join(item[0]) for i, item in enumerate(inputs)}
+    pieces = plan_pieces(store, inputs, cfg.max_transitions_per_pass)
+    reads = {k: (sfs.join(inputs[p.input][0]), p.span()) for k, p in enumerate(pieces)}
 
     t0 = time.monotonic()
     previous = _previous_index(sfs)
-    groups = pass_groups(inputs, cfg.max_transitions_per_pass, boundary_trajectories(store, inputs))
+    groups = pass_groups(pieces, cfg.max_transitions_per_pass)
     for g, group in enumerate(groups):
-        log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} shards")
+        rows = sum(pieces[k].rows for k in group)
+        log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} pieces of shards ({rows} transitions)")
         with beam.Pipeline(options=beam_options(beam_args)) as p:
-            decisions, kept = build(p, {i: paths[i] for i in group}, store_uri, config, previous)
-            _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, paths, str(work), cid, config)
+            decisions, kept = build(p, {k: reads[k] for k in group}, store_uri, config, previous)
+            _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, reads, str(work), cid, config)
         done = output.index_files(str(work), group)  # what this pass kept wins against later passes
         previous = {kind: previous[kind] + done[kind] for kind in previous}
     report.seconds["beam"] = time.monotonic() - t0
 
     t1 = time.monotonic()
     log(f"curation {cid}: putting {len(inputs)} shards' outputs together")
-    tally = output.finalise(store_uri, str(work), cid, len(inputs))
+    tally = output.finalise(store_uri, str(work), cid, len(pieces))
     report.transitions_in, report.kept, report.rejected = tally.transitions_in, tally.kept, tally.rejected
     report.marked_duplicate_steps = tally.repeats
     report.by_stage, report.by_reason, report.by_domain = dict(tally.stage), dict(tally.reason), tally.domain

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,15 +60,41 @@ def open_shard(sfs: StoreFS, path: str) -> tuple[ipc.RecordBatchFileReader, int]
     return reader, version
 
 
-def stored_batches(sfs: StoreFS, path: str, *, full_check: bool = False) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """(schema version, record batch in the on-disk layout) for each batch of a shard."""
+@dataclass(frozen=True)
+class RowSpan:
+    """Rows ``[start, stop)`` of a shard whose record batches hold ``batch_rows`` rows each
+    (known from an earlier read of one column), so batches outside the span are not read."""
+
+    start: int
+    stop: int
+    batch_rows: tuple[int, ...]
+
+
+def stored_batches(sfs: StoreFS, path: str, *, full_check: bool = False,
+                   span: RowSpan | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:  # fmt: skip
+    """(schema version, record batch in the on-disk layout) for each batch of a shard, or of
+    the rows in ``span`` (batches sliced to it)."""
     reader, version = open_shard(sfs, path)
+    offset = 0
     for i in range(reader.num_record_batches):
+        if span is not None:
+            rows = span.batch_rows[i] if i < len(span.batch_rows) else None
+            if offset >= span.stop:
+                break
+            if rows is not None and offset + rows <= span.start:
+                offset += rows
+                continue
         try:
             batch = reader.get_batch(i)
             batch.validate(full=full_check)
         except (OSError, pa.ArrowException) as exc:
             raise ShardError(path, f"corrupt record batch {i} ({_describe(exc)})") from None
+        if span is not None:
+            lo, hi = max(span.start - offset, 0), min(span.stop - offset, batch.num_rows)
+            offset += batch.num_rows
+            if hi <= lo:
+                continue
+            batch = batch.slice(lo, hi - lo) if (lo, hi) != (0, batch.num_rows) else batch
         yield version, batch
 
 
@@ -86,9 +113,12 @@ def read_column(sfs: StoreFS, path: str, name: str) -> pa.ChunkedArray:
         f.close()
 
 
-def read_shard(sfs: StoreFS, path: str, *, migrate_to: int | None = None) -> Iterator[pa.RecordBatch]:
-    """Logical record batches of a shard, lifted to the current schema version (or ``migrate_to``)."""
-    for version, batch in stored_batches(sfs, path):
+def read_shard(
+    sfs: StoreFS, path: str, *, migrate_to: int | None = None, span: RowSpan | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Logical record batches of a shard (or of its rows in ``span``), lifted to the current
+    schema version (or ``migrate_to``)."""
+    for version, batch in stored_batches(sfs, path, span=span):
         yield migrate(from_shard(batch, schema_for(version)), version, migrate_to)
 
 

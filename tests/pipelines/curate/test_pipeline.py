@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import itertools
 import json
 import random
 import string
@@ -153,11 +154,12 @@ def test_beam_options_pass_through(runner_flag):
 
 
 def test_passes_over_groups_of_runs_decide_like_one_pass(tmp_path):
-    from pipelines.curate.run import pass_groups
+    from pipelines.curate.run import Piece, pass_groups
 
-    shards = [("raw/a/r/p0", "x", 60, "2026-02"), ("raw/a/r/p1", "x", 60, "2026-03"), ("raw/b/r/p0", "x", 50, "2026-01")]
-    assert pass_groups(shards, 100) == [[2], [0], [1]]  # whole shards, earliest first
-    assert pass_groups(shards, 100, {1}) == [[2], [0, 1]]  # p1 continues p0's last trajectory: one pass
+    pieces = [Piece(0, 0, 60, None, "2026-02"), Piece(1, 0, 60, None, "2026-03"), Piece(2, 0, 50, None, "2026-01")]
+    assert pass_groups(pieces, 100) == [[2], [0], [1]]  # earliest first
+    pieces[1] = replace(pieces[1], joins=True)
+    assert pass_groups(pieces, 100) == [[2], [0, 1]]  # p1 continues p0's last trajectory: one pass
     results = {}
     for name, limit in (("one", 100_000), ("many", 100)):
         synth_store(tmp_path / name)
@@ -235,28 +237,65 @@ def test_an_unfinished_curation_is_not_deduped_against_and_reruns_from_scratch(t
     assert again.noop  # its inputs are curated (by "other") now
 
 
-def test_a_large_run_is_split_between_passes_at_shard_boundaries_only(tmp_path):
-    from pipelines.curate.run import boundary_trajectories, pass_groups, plan_inputs
+def test_cuts_fall_where_no_trajectory_crosses_even_when_episodes_interleave():
+    from pipelines.curate.run import _cuts
+
+    assert _cuts(["a", "b", "a", "c", "d", "d"], 1) == [3, 4]  # not 1 or 2 (a is open), not 5 (d is)
+    assert _cuts(["a", "a", "b", "b", "c", "c", "d", "d", "e"], 3) == [4, 8]  # at least 3 rows, at the next trajectory end
+    assert _cuts(["a", "b", "c", "a"], 1) == []  # one episode spans the shard: no cut
+
+
+def test_reading_a_row_span_reads_those_rows_only(tmp_path):
     from pipelines.store import WriterOptions
+    from pipelines.store.shards import RowSpan, read_column, read_shard
+
+    gen = Synthesizer(5, duplicates=0.0, **SMALL)
+    ts = [t for t in gen.transitions(1000) if t.domain == "terminal"][:50]
+    with StoreWriter(str(tmp_path / "s"), gen.run_id, WriterOptions(rows_per_batch=7, rows_per_shard=10_000)) as w:
+        w.write_many(ts)
+    store = Store(tmp_path / "s")
+    [path] = [s.path for s in store.readable_shards("raw")]
+    batch_rows = tuple(len(c) for c in read_column(store.sfs, path, "transition_id").chunks)
+    every = [t for b in read_shard(store.sfs, path) for t in b.column("transition_id").to_pylist()]
+    assert len(every) == 50 and len(batch_rows) > 5
+    for start, stop in ((0, 50), (3, 17), (14, 21), (49, 50), (20, 20)):
+        got = [t for b in read_shard(store.sfs, path, span=RowSpan(start, stop, batch_rows))
+               for t in b.column("transition_id").to_pylist()]  # fmt: skip
+        assert got == every[start:stop]
+
+
+def test_a_large_run_is_cut_between_passes_where_no_trajectory_crosses(tmp_path):
+    from pipelines.curate.run import pass_groups, plan_inputs, plan_pieces
+    from pipelines.store import WriterOptions
+    from pipelines.store.shards import read_shard
 
     results = {}
-    for name, limit in (("one", 100_000), ("many", 120)):
+    for name, limit, shard_rows in (("one", 100_000, 60), ("many", 120, 60), ("big-shard", 100, 10_000)):
         gen = Synthesizer(3, duplicates=0.3, **SMALL)
-        ts = list(gen.transitions(400))
+        ts = [t for t in gen.transitions(3000) if t.domain == "terminal"][:400]  # one run: shards as large as asked
         for a, b in ((0, 101), (101, 203), (203, 333), (333, 400)):  # a writer closed mid-trajectory: a shard ends there
-            with StoreWriter(str(tmp_path / name), gen.run_id, WriterOptions(rows_per_batch=7, rows_per_shard=60)) as w:
+            with StoreWriter(str(tmp_path / name), gen.run_id, WriterOptions(rows_per_batch=7, rows_per_shard=shard_rows)) as w:
                 w.write_many(ts[a:b])
         store = Store(tmp_path / name)
         inputs = plan_inputs(store, CurationConfig())
-        joined = boundary_trajectories(store, inputs)
-        groups = pass_groups(inputs, limit, joined)
-        if name == "many":
-            assert joined and len(groups) > 2
-            assert all(i - 1 in g for g in groups for i in g if i in joined)  # never cut inside a trajectory
+        pieces = plan_pieces(store, inputs, limit)
+        groups = pass_groups(pieces, limit)
+        assert sum(p.rows for p in pieces) == 400
+        if name != "one":
+            assert any(p.joins for p in pieces) and len(groups) > 2
+            assert all(i - 1 in g for g in groups for i in g if pieces[i].joins)  # never cut inside a trajectory
+            held = [{t for b in read_shard(store.sfs, store.sfs.join(inputs[p.input][0]), span=p.span())
+                     for t in b.column("trajectory_id").to_pylist()} for p in pieces]  # fmt: skip
+            for i, j in itertools.combinations(range(len(pieces)), 2):  # a trajectory in two pieces: only a writer's roll
+                assert not held[i] & held[j] or (j == i + 1 and pieces[j].joins), (pieces[i], pieces[j])
+        if name == "big-shard":  # 4 shards of 101, 102, 130, 67 rows: cut into pieces, so no pass holds much more than 100
+            assert len(pieces) > len(inputs)
+            longest = max(len([t for t in ts if t.trajectory_id == x]) for x in {t.trajectory_id for t in ts})
+            assert all(sum(pieces[i].rows for i in g) <= limit + longest for g in groups)
         r = curate(CurationConfig(max_transitions_per_pass=limit), str(tmp_path / name), beam_args=IN_MEMORY, log=lambda m: None)
         assert r.transitions_in == 400
         where = str(tmp_path / name)
         rows = run_query("SELECT transition_id, stage FROM rejected ORDER BY 1", where).to_pylist()
         rows += run_query("SELECT transition_id, duplicate_of, flags FROM curated ORDER BY 1", where).to_pylist()
         results[name] = rows
-    assert results["one"] == results["many"]
+    assert results["one"] == results["many"] == results["big-shard"]
