@@ -1,0 +1,89 @@
+"""Search benchmark: index build time and size, queries per second and p95 latency.
+
+    python benchmarks/search.py [--repeats 5] [--queries 200]
+
+Over the builtin pydoc corpus (Python's own documentation): the corpus extraction time,
+the index build time (median of ``--repeats`` builds into a temporary folder) and its
+size on disk; then the queries of ``--queries`` generated tasks run one after another
+through ``SearchIndex.search`` (top 5 with snippets) and through the environment's
+``search`` action (with the observation), ``--repeats`` times: queries/s and p50/p95
+latency, the median over repeats. Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _timed(run, queries: list[str], repeats: int) -> tuple[float, float, float]:
+    """(queries/s, p50 ms, p95 ms), each the median over repeats."""
+    qps, p50, p95 = [], [], []
+    for _ in range(repeats):
+        lat = []
+        t0 = time.perf_counter()
+        for q in queries:
+            t = time.perf_counter()
+            run(q)
+            lat.append((time.perf_counter() - t) * 1000)
+        qps.append(len(queries) / (time.perf_counter() - t0))
+        p50.append(_pct(lat, 0.5))
+        p95.append(_pct(lat, 0.95))
+    return statistics.median(qps), statistics.median(p50), statistics.median(p95)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--queries", type=int, default=200)
+    args = ap.parse_args(argv)
+    from collectors.search.corpus import pydoc_corpus
+    from collectors.search.env import SearchEnv
+    from collectors.search.index import SearchIndex
+    from collectors.search.tasks import make_tasks
+
+    t0 = time.perf_counter()
+    docs = pydoc_corpus()
+    extract_s = time.perf_counter() - t0
+    queries = [t["extra"]["query"] for t in make_tasks(docs, n=args.queries, seed=0)]
+    with tempfile.TemporaryDirectory() as tmp:
+        builds = []
+        for i in range(args.repeats):
+            t0 = time.perf_counter()
+            index = SearchIndex.build(docs, Path(tmp) / f"i{i}", source="pydoc")
+            builds.append(time.perf_counter() - t0)
+        size = _size(index.path)
+        raw = _timed(lambda q: index.search(q, 5), queries, args.repeats)
+        with SearchEnv(options={"index_dir": str(index.path)}) as env:
+            env.reset()
+            stepped = _timed(lambda q: env.step({"action": "search", "query": q}), queries, args.repeats)
+    chars = sum(len(d.text) for d in docs)
+    print(f"pydoc corpus: {len(docs)} documents, {chars / 1e6:.2f} M characters, {len(queries)} queries, "
+          f"median of {args.repeats} repeats, index {index.version}\n")  # fmt: skip
+    print("| measure | value |\n|---|---|")
+    print(f"| corpus extraction (import + inspect) | {extract_s:.2f} s |")
+    print(f"| index build | {statistics.median(builds):.2f} s |")
+    print(f"| index size on disk | {size / 1e6:.2f} MB |")
+    for name, (qps, p50, p95) in (("SearchIndex.search (top 5 + snippets)", raw), ("env.step search (+ observation)", stepped)):
+        print(f"| {name}: queries/s | {qps:.0f} |")
+        print(f"| {name}: p50 / p95 latency | {p50:.2f} / {p95:.2f} ms |")
+
+
+if __name__ == "__main__":
+    main()
