@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web clean
+.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -23,19 +23,25 @@ install: $(VENV)/.installed-$(EXTRAS)
 system-deps:
 	bash scripts/install-system-deps.sh
 
+# The published MCP servers, each in its own virtual environment under .venv-mcp/.
+mcp-servers:
+	PYTHON=$(PYTHON) bash scripts/install-mcp-servers.sh
+
 # The Podman service (Docker API) and the sandbox root and images, cached between runs.
 sandboxes: install system-deps
 	$(VENV)/bin/trajforge sandboxes engine start
 	$(VENV)/bin/trajforge sandboxes build
 	$(VENV)/bin/trajforge sandboxes gc
 
-demo: install system-deps
+demo: install system-deps mcp-servers
 	rm -rf $(STORE)
 	$(VENV)/bin/trajforge sandboxes build --local-only
 	$(VENV)/bin/trajforge synth $(STORE) --transitions 2000 --seed 1 --duplicates 0.1
 	$(VENV)/bin/trajforge collect examples/jobs/terminal-swe.yaml --store $(STORE)
 	$(VENV)/bin/trajforge collect examples/jobs/web.yaml --store $(STORE)
 	$(VENV)/bin/trajforge collect examples/jobs/web-explore.yaml --store $(STORE)
+	$(VENV)/bin/trajforge collect examples/jobs/mcp.yaml --store $(STORE)
+	$(VENV)/bin/trajforge collect examples/jobs/search.yaml --store $(STORE)
 	$(VENV)/bin/trajforge shards validate $(STORE)
 	$(VENV)/bin/trajforge query "SELECT task_id, count(*) AS steps, max(reward) AS reward, any_value(provenance.sandbox_backend) AS sandbox FROM transitions WHERE provenance.job_id = 'terminal-swe' GROUP BY 1 ORDER BY 1" --store $(STORE)
 	$(VENV)/bin/trajforge query "SELECT domain, count(*) AS transitions, count(DISTINCT trajectory_id) AS trajectories, round(avg(length(next_state.text))) AS avg_next_state_chars, round(avg(CASE WHEN action_error IS NULL THEN 0 ELSE 1 END), 3) AS failed_ratio FROM transitions GROUP BY 1 ORDER BY 1" --store $(STORE)
@@ -47,7 +53,7 @@ demo: install system-deps
 	$(VENV)/bin/trajforge train sft examples/training/tiny-sft.yaml --store $(STORE) --output $(STORE)/runs/tiny-sft
 	$(VENV)/bin/trajforge train eval --model $(STORE)/runs/tiny-sft --store $(STORE) --release demo/1 --max-samples 4 --max-new-tokens 32 --rollouts 2
 
-test: install sandboxes
+test: install sandboxes mcp-servers
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests
 
@@ -87,3 +93,9 @@ bench-web: install system-deps
 
 clean:
 	rm -rf $(VENV) $(STORE) .pytest_cache
+
+bench-mcp: install mcp-servers
+	$(PY) benchmarks/mcp.py
+
+bench-search: install
+	$(PY) benchmarks/search.py

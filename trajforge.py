@@ -11,6 +11,7 @@ import sys
 import typer
 
 from collectors.cli import app as collectors_app
+from collectors.search.cli import app as search_app
 from pipelines.cli import app as pipelines_app
 from sandboxes.cli import app as sandboxes_app
 from schemas.errors import TrajforgeError
@@ -25,6 +26,7 @@ app = typer.Typer(
 app.add_typer(collectors_app)
 app.add_typer(pipelines_app)
 app.add_typer(sandboxes_app, name="sandboxes")
+app.add_typer(search_app, name="search")
 app.add_typer(training_app, name="train")
 
 

@@ -58,6 +58,8 @@ class ActionSpec:
         params = []
         for f in dataclasses.fields(cls):
             default = "" if f.default is dataclasses.MISSING else f" = {f.default!r}"
+            if f.default_factory is not dataclasses.MISSING:
+                default = f" = {f.default_factory()!r}"
             params.append(f"{f.name}: {_type_name(hints[f.name])}{default}")
         doc = " ".join((cls.__doc__ or "").split())
         return f"{cls.kind}({', '.join(params)}): {doc}"
@@ -69,7 +71,7 @@ class ActionSpec:
         props, required = {}, []
         for f in dataclasses.fields(cls):
             props[f.name] = _schema(hints[f.name])
-            if f.default is dataclasses.MISSING:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 required.append(f.name)
         return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
@@ -87,6 +89,8 @@ def _matches(value: Any, expected: Any) -> bool:
     if origin in (list, tuple):
         (item,) = typing.get_args(expected)[:1] or (Any,)
         return isinstance(value, list | tuple) and all(_matches(v, item) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
     if expected is Any:
         return True
     return isinstance(value, expected)
@@ -98,6 +102,8 @@ def _type_name(t: Any) -> str:
         return " | ".join(_type_name(a) for a in typing.get_args(t))
     if origin in (list, tuple):
         return f"list[{_type_name(typing.get_args(t)[0])}]"
+    if origin is dict or t is dict:
+        return "object"
     return getattr(t, "__name__", str(t)).replace("NoneType", "null")
 
 
@@ -107,11 +113,14 @@ def _schema(t: Any) -> dict[str, Any]:
         return {"anyOf": [_schema(a) for a in typing.get_args(t)]}
     if origin in (list, tuple):
         return {"type": "array", "items": _schema(typing.get_args(t)[0])}
+    if origin is dict:
+        return {"type": "object"}
     return {
         str: {"type": "string"},
         int: {"type": "integer"},
         float: {"type": "number"},
         bool: {"type": "boolean"},
+        dict: {"type": "object"},
         type(None): {"type": "null"},
     }.get(t, {})
 

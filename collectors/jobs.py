@@ -13,6 +13,8 @@
     retries: 2                      # infrastructure failures per episode
     sandbox: {backend: local, memory_mb: 512}
     web: {allowed_origins: [], screenshot: false}  # web episodes only
+    mcp: {call_timeout_s: 30, servers: {mine: {command: my-server, args: [--db, "{workspace}/x.db"]}}}
+    search: {corpus: docs.jsonl}    # search episodes with env_id other than pydoc
 
 Unknown keys, wrong types, missing task files and unknown domains are refused with the
 file, the key and what was expected.
@@ -24,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collectors.env import Task, load_suite
 from sandboxes.base import SandboxConfig
@@ -67,6 +69,44 @@ class WebSection(BaseModel):
     action_timeout_ms: int = Field(5000, ge=100)
 
 
+class MCPServerSection(BaseModel):
+    """A server of the job's own: a command run over stdio, or a streamable HTTP url."""
+
+    model_config = ConfigDict(extra="forbid")
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServerSection:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (stdio) or url (streamable HTTP)")
+        return self
+
+
+class MCPSection(BaseModel):
+    """Settings of MCP episodes (``collectors.mcp.env.MCPOptions``); a task's env_id names the server."""
+
+    model_config = ConfigDict(extra="forbid")
+    servers: dict[str, MCPServerSection] = Field(default_factory=dict)
+    call_timeout_s: float = Field(30.0, gt=0)
+    startup_timeout_s: float = Field(30.0, gt=0)
+    obs_cap_chars: int = Field(20_000, ge=1000)
+
+
+class SearchSection(BaseModel):
+    """Settings of search episodes (``collectors.search.env.SearchOptions``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    corpus: str | None = None  # JSONL/Parquet of {id, url, title, text}; None for env_id pydoc
+    index_dir: str | None = None  # default: $TRAJFORGE_CACHE/search/<env_id>
+    page_chars: int = Field(4000, ge=200)
+    snippet_chars: int = Field(200, ge=50)
+    find_context: int = Field(80, ge=0)
+    max_find: int = Field(10, ge=1)
+
+
 class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     job_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -82,9 +122,12 @@ class JobConfig(BaseModel):
     retries: int = Field(2, ge=0)
     sandbox: SandboxSection = SandboxSection()
     web: WebSection = WebSection()
+    mcp: MCPSection = MCPSection()
+    search: SearchSection = SearchSection()
 
     def env_options(self, domain: str) -> dict[str, Any]:
-        return {"options": self.web.model_dump()} if domain == "web" else {}
+        section = {"web": self.web, "mcp": self.mcp, "search": self.search}.get(domain)
+        return {"options": section.model_dump(exclude_none=True)} if section is not None else {}
 
     def sandbox_config(self, run_id: str) -> SandboxConfig:
         s = self.sandbox.model_dump(exclude_none=True)
@@ -106,6 +149,10 @@ def load_job(path: str | Path) -> tuple[JobConfig, list[Task]]:
         if not suite_path.is_file():
             raise ConfigError(f"{path}: tasks: task file {suite} not found (looked at {suite_path})")
         tasks += load_suite(suite_path)
+    for name in ("corpus", "index_dir"):  # relative to the job file, like its task files
+        value = getattr(job.search, name)
+        if value and not Path(value).is_absolute():
+            setattr(job.search, name, str(path.parent / value))
     if job.domains:
         tasks = [t for t in tasks if t.domain in job.domains]
     from collectors.registry import ENVIRONMENTS

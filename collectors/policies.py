@@ -59,6 +59,9 @@ class ExplorationPolicy(Policy):
         self.rng = random.Random(seed)
         self.files: list[str] = []
         self.dirs: list[str] = ["."]
+        from collectors.mcp.explore import MCPExplorer
+
+        self.mcp = MCPExplorer(self.rng)
 
     def _learn(self, observation: Observation) -> None:
         extra = observation.extra_dict
@@ -75,10 +78,16 @@ class ExplorationPolicy(Policy):
     def act(self, observation: Observation, history: list[tuple[Any, Observation]]) -> Any:
         self._learn(observation)
         self.steps += 1
+        if self.task.domain == "search":  # ends with an answer rather than being cut off
+            from collectors.search.explore import explore_action
+
+            return explore_action(self.rng, observation, self.steps - 1, answer_after=self.max_steps - 1)
         if self.steps > self.max_steps:
             return {"action": "submit"} if self.task.domain == "swe" else None
         if self.task.domain == "web":
             return self._web(observation)
+        if self.task.domain == "mcp":
+            return self.mcp.act(observation)
         return self._swe() if self.task.domain == "swe" else self._terminal()
 
     def _web(self, observation: Observation) -> dict[str, Any]:

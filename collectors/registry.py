@@ -10,6 +10,8 @@ ENVIRONMENTS: dict[str, str] = {
     "terminal": "collectors.terminal:TerminalEnv",
     "swe": "collectors.swe:SWEEnv",
     "web": "collectors.web.env:WebEnv",
+    "mcp": "collectors.mcp.env:MCPEnv",
+    "search": "collectors.search.env:SearchEnv",
 }
 
 

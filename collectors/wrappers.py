@@ -91,6 +91,8 @@ class Recorder(Wrapper):
         self.transitions = []
         self._task = task
         self._obs, info = self.env.reset(seed=seed, task=task)
+        if info.get("provenance"):  # what only a started environment knows (a server's version)
+            self.provenance = replace(self.provenance, **info["provenance"])
         return self._obs, info
 
     def step(self, action: Any) -> tuple[Observation, float | None, bool, bool, dict[str, Any]]:

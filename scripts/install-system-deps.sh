@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Debian packages trajforge's sandboxes need (Podman serving the Docker API, runc,
 # debootstrap for offline images, bubblewrap for the local backend, tmux for shells) and
-# Chromium for web episodes (Playwright drives it; it cannot download its own browser here).
+# Chromium for web episodes (Playwright drives it; it cannot download its own browser here),
+# git for the SWE tasks and the MCP git server.
 # Idempotent and quick when everything is present; `make test` and `make demo` call it.
 set -euo pipefail
-PKGS=(podman runc debootstrap bubblewrap tmux curl ca-certificates chromium)
+PKGS=(podman runc debootstrap bubblewrap tmux curl ca-certificates chromium git)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

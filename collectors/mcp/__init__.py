@@ -1,0 +1,1 @@
+"""The MCP domain: an MCP client environment over real servers and the shipped stub servers."""
