@@ -95,7 +95,7 @@ clean:
 	rm -rf $(VENV) $(STORE) .pytest_cache
 
 bench-mcp: install mcp-servers
-	$(PY) benchmarks/mcp.py
+	$(PY) benchmarks/mcp_tools.py
 
 bench-search: install
 	$(PY) benchmarks/search.py

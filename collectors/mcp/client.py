@@ -79,17 +79,17 @@ class Connection:
             raise ServerDied(f"mcp server {spec.name!r} failed to start: {_describe(failure)}{tail}")
 
     async def _serve(self) -> None:
-        from mcp import Client, StdioServerParameters
-        from mcp.client.stdio import stdio_client
-
         self._stop = asyncio.Event()
-        if self.spec.url:
-            target: Any = self.spec.url
-        else:
-            params = StdioServerParameters(command=self.spec.command, args=list(self.spec.args),
-                                           env={**self.spec.env} or None, cwd=self.spec.cwd)  # fmt: skip
-            target = stdio_client(params, errlog=self._stderr)
         try:
+            from mcp import Client, StdioServerParameters
+            from mcp.client.stdio import stdio_client
+
+            if self.spec.url:
+                target: Any = self.spec.url
+            else:
+                params = StdioServerParameters(command=self.spec.command, args=list(self.spec.args),
+                                               env={**self.spec.env} or None, cwd=self.spec.cwd)  # fmt: skip
+                target = stdio_client(params, errlog=self._stderr)
             async with Client(target, cache=None) as client:
                 self.client = client
                 self._ready.set()
