@@ -9,7 +9,8 @@ Idempotent and resumable: the store itself says which episodes are done (their t
 ids under this job id), so a rerun after a crash or kill collects only the rest and never
 duplicates a trajectory. An episode that fails on infrastructure is retried ``retries``
 times, then recorded as failed with its reason in the job's ledger
-(``<store>/jobs/<job_id>/ledger.jsonl``); its steps are never written. A lock keeps two
+(``<store>/jobs/<job_id>/ledger.jsonl``; a retried episode's entry lists why the earlier
+attempts failed, e.g. an MCP server's timeout); its steps are never written. A lock keeps two
 overlapping runs of one job (cron, systemd timers) from both collecting.
 """
 
@@ -69,6 +70,7 @@ class EpisodeResult:
     attempts: int
     transitions: list[Transition] = field(default_factory=list)
     reason: str | None = None
+    retried_after: list[str] = field(default_factory=list)  # why earlier attempts failed (a hang, a dead server)
     reset_ms: float = 0.0
     seconds: float = 0.0
 
@@ -135,19 +137,19 @@ def run_episode_once(spec: EpisodeSpec) -> tuple[list[Transition], float]:
 def run_episode(spec: EpisodeSpec, retries: int) -> EpisodeResult:
     """Run with retries on infrastructure failures; agent mistakes are data, not failures."""
     t0 = time.monotonic()
-    reason = None
+    reasons: list[str] = []
     for attempt in range(1, retries + 2):
         try:
             transitions, reset_ms = run_episode_once(spec)
             return EpisodeResult(spec.key, spec.trajectory_id, spec.task.domain, True, attempt, transitions,
-                                 reset_ms=reset_ms, seconds=time.monotonic() - t0)  # fmt: skip
+                                 retried_after=reasons, reset_ms=reset_ms, seconds=time.monotonic() - t0)  # fmt: skip
         except TrajforgeError as exc:
-            reason = f"{type(exc).__name__}: {exc}"
+            reasons.append(f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a bug or an unexpected engine error: record it, do not kill the job
-            reason = f"{type(exc).__name__}: {exc} ({traceback.format_exc(limit=3).splitlines()[-2].strip()})"
+            reasons.append(f"{type(exc).__name__}: {exc} ({traceback.format_exc(limit=3).splitlines()[-2].strip()})")
         _drop_env(spec)  # a fresh environment for the next attempt
-    return EpisodeResult(spec.key, spec.trajectory_id, spec.task.domain, False, retries + 1, reason=reason,
-                         seconds=time.monotonic() - t0)  # fmt: skip
+    return EpisodeResult(spec.key, spec.trajectory_id, spec.task.domain, False, retries + 1, reason=reasons[-1],
+                         retried_after=reasons[:-1], seconds=time.monotonic() - t0)  # fmt: skip
 
 
 def _worker_exit() -> None:
@@ -272,6 +274,8 @@ def _record(result: EpisodeResult, writer: StoreWriter, ledger, summary: JobSumm
         summary.failures[result.key] = reason
         entry |= {"status": "failed", "reason": reason}
     summary.retried += result.attempts > 1
+    if result.retried_after:
+        entry["retried_after"] = result.retried_after
     ledger.write(json.dumps(entry) + "\n")
     ledger.flush()
 

@@ -43,6 +43,12 @@ def test_check_env_conformance_on_published_servers_and_stubs(task_id):
     check_env(lambda: MCPEnv(env_id=task.env_id), task, seed=7)
 
 
+def test_check_env_conformance_on_the_fault_testbed():
+    task = _task("testbed", {"action": "call_tool", "name": "echo", "arguments": {"text": "hi"}},
+                 {"action": "call_tool", "name": "huge", "arguments": {"chars": 50}}, {"action": "finish"})  # fmt: skip
+    check_env(lambda: MCPEnv(env_id="testbed"), task)
+
+
 def test_every_stub_and_published_server_has_a_shipped_task():
     assert {t.env_id for t in TASKS.values()} == {"time", "git", "sqlite"} | (set(STUBS) - {"testbed"})
 
@@ -157,6 +163,9 @@ def test_jobs_retry_a_hang_on_a_fresh_server_and_record_a_dying_one_as_failed(tm
     assert "died during tools/call crash" in summary.failures["crash#0"]
     ledger = [json.loads(line) for line in (tmp_path / "store" / "jobs" / "faults" / "ledger.jsonl").read_text().splitlines()]
     assert {(e["episode"], e["status"], e["attempts"]) for e in ledger} == {("hang-once#0", "done", 2), ("crash#0", "failed", 2)}
+    hung = next(e for e in ledger if e["episode"] == "hang-once#0")
+    timeout = "ServerTimeout: mcp server 'testbed': no answer to tools/call hang_once within 2 s; server stopped"
+    assert hung["retried_after"] == [timeout]  # the hang is on record, apart from the data
     rows = run_query("SELECT step, next_state.text AS text FROM transitions ORDER BY step", str(tmp_path / "store")).to_pylist()
     assert [r["text"] for r in rows] == ["ok", "done"]  # only the retried, finished episode; nothing of the hung try
 
