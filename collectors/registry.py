@@ -12,6 +12,7 @@ ENVIRONMENTS: dict[str, str] = {
     "web": "collectors.web.env:WebEnv",
     "mcp": "collectors.mcp.env:MCPEnv",
     "search": "collectors.search.env:SearchEnv",
+    "os": "collectors.os.env:OSEnv",
 }
 
 
