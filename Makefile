@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search clean
+.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -42,6 +42,7 @@ demo: install system-deps mcp-servers
 	$(VENV)/bin/trajforge collect examples/jobs/web-explore.yaml --store $(STORE)
 	$(VENV)/bin/trajforge collect examples/jobs/mcp.yaml --store $(STORE)
 	$(VENV)/bin/trajforge collect examples/jobs/search.yaml --store $(STORE)
+	$(VENV)/bin/trajforge collect examples/jobs/os.yaml --store $(STORE)
 	$(VENV)/bin/trajforge shards validate $(STORE)
 	$(VENV)/bin/trajforge query "SELECT task_id, count(*) AS steps, max(reward) AS reward, any_value(provenance.sandbox_backend) AS sandbox FROM transitions WHERE provenance.job_id = 'terminal-swe' GROUP BY 1 ORDER BY 1" --store $(STORE)
 	$(VENV)/bin/trajforge query "SELECT domain, count(*) AS transitions, count(DISTINCT trajectory_id) AS trajectories, round(avg(length(next_state.text))) AS avg_next_state_chars, round(avg(CASE WHEN action_error IS NULL THEN 0 ELSE 1 END), 3) AS failed_ratio FROM transitions GROUP BY 1 ORDER BY 1" --store $(STORE)
@@ -99,3 +100,6 @@ bench-mcp: install mcp-servers
 
 bench-search: install
 	$(PY) benchmarks/search.py
+
+bench-os: install system-deps
+	$(PY) benchmarks/os_desktop.py

@@ -15,6 +15,7 @@
     web: {allowed_origins: [], screenshot: false}  # web episodes only
     mcp: {call_timeout_s: 30, servers: {mine: {command: my-server, args: [--db, "{workspace}/x.db"]}}}
     search: {corpus: docs.jsonl}    # search episodes with env_id other than pydoc
+    os: {screen: [1280, 800], screenshot: false}  # desktop episodes only
 
 Unknown keys, wrong types, missing task files and unknown domains are refused with the
 file, the key and what was expected.
@@ -107,6 +108,20 @@ class SearchSection(BaseModel):
     max_find: int = Field(10, ge=1)
 
 
+class OSSection(BaseModel):
+    """Settings of OS (desktop) episodes (``collectors.os.env.OSOptions``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    screen: tuple[int, int] = (1280, 800)
+    obs_cap_chars: int = Field(20_000, ge=1000)
+    screenshot: bool = False
+    settle_min_s: float = Field(0.15, ge=0)
+    settle_timeout_s: float = Field(3.0, gt=0)
+    app_timeout_s: float = Field(15.0, gt=0)
+    start_timeout_s: float = Field(15.0, gt=0)
+    check_wait_s: float = Field(2.0, ge=0)
+
+
 class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     job_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -124,9 +139,10 @@ class JobConfig(BaseModel):
     web: WebSection = WebSection()
     mcp: MCPSection = MCPSection()
     search: SearchSection = SearchSection()
+    os: OSSection = OSSection()
 
     def env_options(self, domain: str) -> dict[str, Any]:
-        section = {"web": self.web, "mcp": self.mcp, "search": self.search}.get(domain)
+        section = {"web": self.web, "mcp": self.mcp, "search": self.search, "os": self.os}.get(domain)
         return {"options": section.model_dump(exclude_none=True)} if section is not None else {}
 
     def sandbox_config(self, run_id: str) -> SandboxConfig:

@@ -88,6 +88,10 @@ class ExplorationPolicy(Policy):
             return self._web(observation)
         if self.task.domain == "mcp":
             return self.mcp.act(observation)
+        if self.task.domain == "os":
+            from collectors.os.explore import explore_action
+
+            return explore_action(self.rng, observation)
         return self._swe() if self.task.domain == "swe" else self._terminal()
 
     def _web(self, observation: Observation) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""The OS (desktop) domain: a real Linux desktop observed as its accessibility tree."""
