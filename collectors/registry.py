@@ -13,6 +13,7 @@ ENVIRONMENTS: dict[str, str] = {
     "mcp": "collectors.mcp.env:MCPEnv",
     "search": "collectors.search.env:SearchEnv",
     "os": "collectors.os.env:OSEnv",
+    "android": "collectors.android.env:AndroidEnv",
 }
 
 
