@@ -10,6 +10,7 @@ import sys
 
 import typer
 
+from collectors.android.cli import app as android_app
 from collectors.cli import app as collectors_app
 from collectors.search.cli import app as search_app
 from pipelines.cli import app as pipelines_app
@@ -27,6 +28,7 @@ app.add_typer(collectors_app)
 app.add_typer(pipelines_app)
 app.add_typer(sandboxes_app, name="sandboxes")
 app.add_typer(search_app, name="search")
+app.add_typer(android_app, name="android")
 app.add_typer(training_app, name="train")
 
 

@@ -16,6 +16,7 @@
     mcp: {call_timeout_s: 30, servers: {mine: {command: my-server, args: [--db, "{workspace}/x.db"]}}}
     search: {corpus: docs.jsonl}    # search episodes with env_id other than pydoc
     os: {screen: [1280, 800], screenshot: false}  # desktop episodes only
+    android: {serials: [emulator-5554, emulator-5556]}  # worker i uses serials[i % n]; or {simulator: true}
 
 Unknown keys, wrong types, missing task files and unknown domains are refused with the
 file, the key and what was expected.
@@ -122,6 +123,22 @@ class OSSection(BaseModel):
     check_wait_s: float = Field(2.0, ge=0)
 
 
+class AndroidSection(BaseModel):
+    """Settings of Android episodes (``collectors.android.env.AndroidOptions``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    serials: list[str] = Field(default_factory=list)
+    simulator: bool = False
+    adb_port: int | None = None
+    screenshot: bool = False
+    obs_cap_chars: int = Field(20_000, ge=1000)
+    dump_retries: int = Field(3, ge=0)
+    dump_backoff_s: float = Field(0.2, ge=0)
+    command_timeout_s: float = Field(30.0, gt=0)
+    settle_s: float = Field(0.0, ge=0)
+    apps: dict[str, str] = Field(default_factory=dict)
+
+
 class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     job_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -140,9 +157,10 @@ class JobConfig(BaseModel):
     mcp: MCPSection = MCPSection()
     search: SearchSection = SearchSection()
     os: OSSection = OSSection()
+    android: AndroidSection = AndroidSection()
 
     def env_options(self, domain: str) -> dict[str, Any]:
-        section = {"web": self.web, "mcp": self.mcp, "search": self.search, "os": self.os}.get(domain)
+        section = {"web": self.web, "mcp": self.mcp, "search": self.search, "os": self.os, "android": self.android}.get(domain)
         return {"options": section.model_dump(exclude_none=True)} if section is not None else {}
 
     def sandbox_config(self, run_id: str) -> SandboxConfig:

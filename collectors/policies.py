@@ -92,6 +92,10 @@ class ExplorationPolicy(Policy):
             from collectors.os.explore import explore_action
 
             return explore_action(self.rng, observation)
+        if self.task.domain == "android":
+            from collectors.android.explore import explore_action
+
+            return explore_action(self.rng, observation)
         return self._swe() if self.task.domain == "swe" else self._terminal()
 
     def _web(self, observation: Observation) -> dict[str, Any]:

@@ -246,13 +246,17 @@ def _results(job: JobConfig, todo: list[EpisodeSpec]):
     import multiprocessing
 
     ctx = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=job.workers, mp_context=ctx, initializer=_worker_init) as pool:
+    counter = ctx.Value("i", 0)  # each worker takes the next index (an Android worker's device)
+    with ProcessPoolExecutor(max_workers=job.workers, mp_context=ctx, initializer=_worker_init, initargs=(counter,)) as pool:
         futures = [pool.submit(run_episode, spec, job.retries) for spec in todo]
         for f in as_completed(futures):
             yield f.result()
 
 
-def _worker_init() -> None:
+def _worker_init(counter: Any = None) -> None:
+    if counter is not None:
+        with counter.get_lock():
+            os.environ["TRAJFORGE_WORKER_INDEX"], counter.value = str(counter.value), counter.value + 1
     # Pool workers leave through multiprocessing's exit path, which runs its finalizers but
     # not atexit: close this worker's sandboxes there, so no container outlives the run.
     from multiprocessing.util import Finalize
