@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os clean
+.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -43,6 +43,7 @@ demo: install system-deps mcp-servers
 	$(VENV)/bin/trajforge collect examples/jobs/mcp.yaml --store $(STORE)
 	$(VENV)/bin/trajforge collect examples/jobs/search.yaml --store $(STORE)
 	$(VENV)/bin/trajforge collect examples/jobs/os.yaml --store $(STORE)
+	$(VENV)/bin/trajforge collect examples/jobs/android-sim.yaml --store $(STORE)  # starts its own simulated phone
 	$(VENV)/bin/trajforge shards validate $(STORE)
 	$(VENV)/bin/trajforge query "SELECT task_id, count(*) AS steps, max(reward) AS reward, any_value(provenance.sandbox_backend) AS sandbox FROM transitions WHERE provenance.job_id = 'terminal-swe' GROUP BY 1 ORDER BY 1" --store $(STORE)
 	$(VENV)/bin/trajforge query "SELECT domain, count(*) AS transitions, count(DISTINCT trajectory_id) AS trajectories, round(avg(length(next_state.text))) AS avg_next_state_chars, round(avg(CASE WHEN action_error IS NULL THEN 0 ELSE 1 END), 3) AS failed_ratio FROM transitions GROUP BY 1 ORDER BY 1" --store $(STORE)
@@ -103,3 +104,6 @@ bench-search: install
 
 bench-os: install system-deps
 	$(PY) benchmarks/os_desktop.py
+
+bench-android: install system-deps
+	$(PY) benchmarks/android_sim.py
