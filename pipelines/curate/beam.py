@@ -96,12 +96,17 @@ class ReadIndex(beam.DoFn):
             self._keys = (id(keys), set(keys))
         wanted = self._keys[1]
         nd = CurationConfig.model_validate(self.config).near_dedup
+        read = beam.metrics.Metrics.counter("index", f"{self.kind}_read")
+        matched = beam.metrics.Metrics.counter("index", f"{self.kind}_matched")
         for r in pq.read_table(path).to_pylist():
+            read.inc()
             if self.kind == "steps":
                 if r["sa"] in wanted:
+                    matched.inc()
                     yield r["sa"], ("prev", r)
             elif r["key"] in wanted or any(k in wanted for k in minhash.band_keys(np.frombuffer(r["sig"], np.uint64),
                                                                                      nd.bands, nd.rows)):  # fmt: skip
+                matched.inc()
                 yield {"traj": r["traj"], "domain": r["domain"], "order": "0|" + r["order"].split("|", 1)[1],
                        "key": r["key"], "sig": r["sig"], "problem": None, "shard": -1}  # fmt: skip
 

@@ -32,6 +32,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pipelines.curate import output
 from pipelines.curate.config import CurationConfig
@@ -56,6 +57,7 @@ class CurationReport:
     flags: dict[str, int] = field(default_factory=dict)
     scrubbed: dict[str, int] = field(default_factory=dict)
     cluster_sizes: dict[str, int] = field(default_factory=dict)  # size -> clusters
+    index_rows: dict[str, dict[str, int]] = field(default_factory=dict)  # pass -> earlier index rows read, matched
     seconds: dict[str, float] = field(default_factory=dict)
     noop: bool = False
 
@@ -218,11 +220,33 @@ def _previous_index(sfs: StoreFS) -> dict[str, list[str]]:
     return {kind: sorted(f for d in done for f in glob.glob(os.path.join(d, f"{kind}-*.parquet"))) for kind in ("traj", "steps")}
 
 
-def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None = None, log=print) -> CurationReport:
+def run_pass(reads: dict[int, tuple], store_uri: str, config: dict[str, Any], previous: dict[str, list[str]],
+             every_read: dict[int, tuple], work: str, cid: str, beam_args: list[str] | None) -> dict[str, int]:  # fmt: skip
+    """One Beam pass over some pieces; the counts of earlier index rows it read and matched."""
     import apache_beam as beam
 
     from pipelines.curate.beam import WriteShards, build
 
+    p = beam.Pipeline(options=beam_options(beam_args))
+    decisions, kept = build(p, reads, store_uri, config, previous)
+    _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, every_read, work, cid, config)
+    result = p.run()
+    result.wait_until_finish()
+    return {c.key.metric.name: c.committed for c in result.metrics().query()["counters"] if c.key.metric.namespace == "index"}
+
+
+def _in_own_process(fn, *args):
+    """Run one pass in a fresh process: whatever a pass leaves behind in the process that
+    drove it (Beam's runner state, the allocator's arenas) goes with it, so the memory of
+    a curation follows its largest pass, not the number of passes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None = None, log=print) -> CurationReport:
     store = Store(store_uri)
     sfs = store.sfs
     inputs = plan_inputs(store, cfg)
@@ -250,9 +274,9 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     for g, group in enumerate(groups):
         rows = sum(pieces[k].rows for k in group)
         log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} pieces of shards ({rows} transitions)")
-        with beam.Pipeline(options=beam_options(beam_args)) as p:
-            decisions, kept = build(p, {k: reads[k] for k in group}, store_uri, config, previous)
-            _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, reads, str(work), cid, config)
+        args = ({k: reads[k] for k in group}, store_uri, config, previous, reads, str(work), cid, beam_args)
+        counts = run_pass(*args) if len(groups) == 1 else _in_own_process(run_pass, *args)
+        report.index_rows[str(g + 1)] = counts
         done = output.index_files(str(work), group)  # what this pass kept wins against later passes
         previous = {kind: previous[kind] + done[kind] for kind in previous}
     report.seconds["beam"] = time.monotonic() - t0
