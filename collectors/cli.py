@@ -1,4 +1,4 @@
-"""Collector commands: ``trajforge synth`` (and, later, ``collect``)."""
+"""Collector commands: ``trajforge synth`` and ``trajforge collect`` (whole, or one shard of a job)."""
 
 from __future__ import annotations
 
@@ -37,16 +37,25 @@ def synth(
 def collect(
     job_file: Annotated[str, typer.Argument(help="The job YAML (see examples/jobs/).")],
     store: Annotated[str, typer.Option("--store", "-s", help="Store path or URI.")],
+    shard: Annotated[int, typer.Option(help="Run only this shard of the job's episodes (0-based).")] = 0,
+    num_shards: Annotated[int, typer.Option(help="Split the job's episodes into this many shards.")] = 1,
 ) -> None:
-    """Run a collection job: episodes in sandboxes, recorded into the store. Resumable."""
+    """Run a collection job: episodes in sandboxes, recorded into the store. Resumable.
+
+    With --shard I --num-shards N, a deterministic 1/N of the episodes (by a hash of each
+    episode's key): N shards run by any batch scheduler collect the whole job, none twice."""
     import json
     import sys
 
     from collectors.jobs import load_job
-    from collectors.runner import run_job
+    from collectors.runner import plan, run_job
 
     job, tasks = load_job(job_file)
-    total = len(tasks) * job.episodes_per_task
+    if not 0 <= shard < num_shards:
+        from schemas.errors import ConfigError
+
+        raise ConfigError(f"--shard {shard} --num-shards {num_shards}: need 0 <= shard < num-shards")
+    total = len(plan(job, tasks, "", (shard, num_shards)))
     if sys.stderr.isatty():
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -60,14 +69,14 @@ def collect(
                            info=f"{rate:.1f} steps/s, {s.failed} failed")  # fmt: skip
 
             started = time.monotonic()
-            summary = run_job(job, tasks, store, progress=update)
+            summary = run_job(job, tasks, store, progress=update, shard=(shard, num_shards))
     else:
 
         def update(s):
             print(f"collect {job.job_id}: {s.already_done + s.collected + s.failed}/{total} episodes, "
                   f"{s.transitions} transitions, {s.failed} failed", file=sys.stderr, flush=True)  # fmt: skip
 
-        summary = run_job(job, tasks, store, progress=update)
+        summary = run_job(job, tasks, store, progress=update, shard=(shard, num_shards))
     typer.echo(summary.line())
     for key, reason in summary.failures.items():
         typer.echo(f"failed {key}: {reason}", err=True)

@@ -192,36 +192,56 @@ def done_trajectories(store: str, job_id: str) -> set[str]:
     return {r[0] for r in rows}
 
 
-def plan(job: JobConfig, tasks: list[Task], run_id: str) -> list[EpisodeSpec]:
+def shard_of(key: str, num_shards: int) -> int:
+    """Which of ``num_shards`` shards an episode belongs to: a hash of its key, so the split
+    does not depend on the order of tasks or on which shards run, and never changes."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") % num_shards
+
+
+def plan(job: JobConfig, tasks: list[Task], run_id: str, shard: tuple[int, int] = (0, 1)) -> list[EpisodeSpec]:
+    """The job's episodes, or shard ``I`` of ``N`` of them (``shard=(I, N)``)."""
     specs = []
     job_dict = job.model_dump()
+    index, count = shard
     for task in sorted(tasks, key=lambda t: t.id):
         for i in range(job.episodes_per_task):
             key = f"{task.id}#{i}"
-            specs.append(EpisodeSpec(job.job_id, run_id, task, i, episode_seed(job.seed + task.seed, key), job_dict))
+            if count == 1 or shard_of(key, count) == index:
+                specs.append(EpisodeSpec(job.job_id, run_id, task, i, episode_seed(job.seed + task.seed, key), job_dict))
     return specs
 
 
-def run_job(job: JobConfig, tasks: list[Task], store: str, *, progress=None, log=None) -> JobSummary:
+def run_job(job: JobConfig, tasks: list[Task], store: str, *, progress=None, log=None,
+            shard: tuple[int, int] = (0, 1)) -> JobSummary:  # fmt: skip
+    """Run the job's episodes not yet in the store, or those of shard ``(I, N)`` only: shards
+    run anywhere at once (a Kubernetes Indexed Job, a Slurm array), each with its own lock
+    and runs, and together collect exactly the episodes of the whole job."""
+    index, count = shard
+    if not (count >= 1 and 0 <= index < count):
+        from schemas.errors import ConfigError
+
+        raise ConfigError(f"--shard {index} --num-shards {count}: need 0 <= shard < num-shards")
     sfs = StoreFS.open(store)
     job_dir = sfs.join("jobs", job.job_id)
     sfs.makedirs(job_dir)
-    run_id = f"{job.job_id}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
+    part = f"{job.job_id}-s{index}of{count}" if count > 1 else job.job_id
+    run_id = f"{part}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
     summary = JobSummary(job.job_id, run_id)
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     t0 = time.monotonic()
-    with sfs.lock(f"{job_dir}/.lock"):
+    with sfs.lock(f"{job_dir}/.lock" + (f"-s{index}of{count}" if count > 1 else "")):
         from pipelines.store.repair import repair
         from sandboxes.gc import gc
 
-        if sfs.is_dir(sfs.join("raw")):
-            repair(store, run_prefix=f"{job.job_id}-")  # a killed earlier run may have left unfinished shards
-        gc()  # sandboxes that dead runs left behind
-        specs = plan(job, tasks, run_id)
+        if sfs.is_dir(sfs.join("raw")):  # a killed earlier run of this shard may have left unfinished shards
+            repair(store, run_prefix=f"{part}-")
+        gc()  # sandboxes that dead runs left behind (live ones, other shards' included, are kept)
+        specs = plan(job, tasks, run_id, shard)
         done = done_trajectories(store, job.job_id)
         todo = [s for s in specs if s.trajectory_id not in done]
         summary.planned, summary.already_done = len(specs), len(specs) - len(todo)
-        log(f"job {job.job_id}: {len(specs)} episodes planned, {summary.already_done} already done, {len(todo)} to run")
+        which = f" (shard {index} of {count})" if count > 1 else ""
+        log(f"job {job.job_id}{which}: {len(specs)} episodes planned, {summary.already_done} already done, {len(todo)} to run")
         ledger = open(Path(job_dir) / "ledger.jsonl", "a")  # noqa: SIM115 (closed below)
         try:
             with StoreWriter(store, run_id) as writer:
