@@ -146,3 +146,16 @@ def test_example_job_collects_every_task_through_the_cli(tmp_path):
     assert {r["task_id"] for r in rows} == set(TASKS) and all(r["reward"] == 1.0 and r["fmt"] == "a11y_tree" for r in rows)
     assert {r["task_id"]: r["steps"] for r in rows} == {t: len(task.actions) for t, task in TASKS.items()}
     assert all(r["changed"] >= 1 for r in rows)
+
+
+def test_a_screenshot_is_the_real_screen_as_png_when_asked():
+    import struct
+
+    task = next(iter(TASKS.values()))
+    with OSEnv(options=OSOptions(**FAST, screenshot=True)) as env:
+        obs, _ = env.reset(seed=0, task=task)
+        assert obs.screenshot_png is not None and obs.screenshot_png.startswith(b"\x89PNG\r\n\x1a\n")
+        width, height = struct.unpack(">II", obs.screenshot_png[16:24])  # the IHDR chunk: the Xvfb screen's size
+        assert (width, height) == tuple(env.options.screen)
+    with OSEnv(options=OSOptions(**FAST)) as env:
+        assert env.reset(seed=0, task=task)[0].screenshot_png is None
