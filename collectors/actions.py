@@ -125,6 +125,18 @@ def _schema(t: Any) -> dict[str, Any]:
     }.get(t, {})
 
 
+@dataclasses.dataclass(frozen=True)
+class Wait(ActionSpec):
+    """Wait for the screen to update (an app starting, a dialog opening): 0 to 10 seconds."""
+
+    kind = "wait"
+    seconds: float = 1.0
+
+    def check(self) -> None:
+        if not 0 <= self.seconds <= 10:
+            raise ActionError(f"wait.seconds: expected 0 to 10, got {self.seconds}")
+
+
 class ActionSpace:
     """The actions of one domain."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from collectors.actions import ActionError, ActionSpace, ActionSpec
+from collectors.actions import ActionError, ActionSpace, ActionSpec, Wait
 
 DIRECTIONS = ("up", "down", "left", "right")
 
@@ -115,18 +115,6 @@ class KeyEvent(ActionSpec):
     def check(self) -> None:
         if not re.fullmatch(r"KEYCODE_[A-Z0-9_]+|\d{1,3}", self.keycode):
             raise ActionError(f"keyevent.keycode: expected KEYCODE_NAME or a number, got {self.keycode!r}")
-
-
-@dataclass(frozen=True)
-class Wait(ActionSpec):
-    """Wait for the screen to update: 0 to 10 seconds."""
-
-    kind = "wait"
-    seconds: float = 1.0
-
-    def check(self) -> None:
-        if not 0 <= self.seconds <= 10:
-            raise ActionError(f"wait.seconds: expected 0 to 10, got {self.seconds}")
 
 
 @dataclass(frozen=True)

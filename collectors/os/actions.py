@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.actions import ActionError, ActionSpace, ActionSpec
+from collectors.actions import ActionError, ActionSpace, ActionSpec, Wait
 
 BUTTONS = {"left": "1", "middle": "2", "right": "3"}
 
@@ -103,18 +103,6 @@ class Hotkey(ActionSpec):
     def check(self) -> None:
         if not self.keys or not all(k.strip() for k in self.keys):
             raise ActionError("hotkey.keys: expected a non-empty list of key names")
-
-
-@dataclass(frozen=True)
-class Wait(ActionSpec):
-    """Wait for the desktop (an application starting, a dialog opening): 0 to 10 seconds."""
-
-    kind = "wait"
-    seconds: float = 1.0
-
-    def check(self) -> None:
-        if not 0 <= self.seconds <= 10:
-            raise ActionError(f"wait.seconds: expected 0 to 10, got {self.seconds}")
 
 
 @dataclass(frozen=True)
