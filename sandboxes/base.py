@@ -206,7 +206,7 @@ class Sandbox(abc.ABC):
         )
         duration = (time.monotonic() - start) * 1000
         timed_out = code == TIMEOUT_EXIT and duration >= timeout * 1000 * 0.95
-        if code == TIMEOUT_EXIT and not timed_out and not self.alive():
+        if code == TIMEOUT_EXIT and not timed_out and self._seen_dead(within=1.0):
             raise SandboxDied(f"{self.backend} sandbox died while running {cmd[:80]!r}")
         return ExecResult(
             exit_code=code,
@@ -216,6 +216,16 @@ class Sandbox(abc.ABC):
             timed_out=timed_out,
             output_truncated=out.truncated or err.truncated,
         )
+
+    def _seen_dead(self, *, within: float) -> bool:
+        """Whether the sandbox is gone, looking again for ``within`` seconds: a command killed with its
+        sandbox can report SIGKILL a moment before the sandbox's init is seen gone."""
+        deadline = time.monotonic() + within
+        while self.alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _check_usable(self) -> None:
         if self.closed:
