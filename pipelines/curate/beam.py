@@ -140,7 +140,12 @@ class ExactDuplicates(beam.PTransform):
 
 class NearDuplicates(beam.PTransform):
     """(trajectory summaries) -> (node, cluster label) for every node with a confirmed
-    near-duplicate edge; nodes are ``order`` strings, so the label is the earliest member."""
+    near-duplicate edge; nodes are ``order`` strings, so the label is the earliest member.
+
+    Band buckets carry node names only; each bucket confirms its own candidate pairs by
+    Jaccard (``minhash.similar_pairs``) against the pass's signatures, a side input of
+    about 1 KB a trajectory. Only confirmed edges leave a bucket, so memory follows the
+    pass's trajectories, not its candidate pairs (which grow with shared bands)."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
@@ -153,45 +158,23 @@ class NearDuplicates(beam.PTransform):
             for key in minhash.band_keys(np.frombuffer(s["sig"], dtype=np.uint64), nd.bands, nd.rows):
                 yield key, s["order"]
 
-        def pairs(item):
-            members = sorted(set(item[1]))
-            for i in range(len(members)):
-                for j in range(i + 1, len(members)):
-                    yield members[i], members[j]
-
-        def confirm(item):
-            # the pair's two signatures meet here: (first, [(second, sig)...]) joined with first's sig
-            node, grouped = item
-            sigs = list(grouped["sig"])
-            if not sigs:
-                return
-            mine = np.frombuffer(sigs[0], np.uint64)
-            for other, other_sig in set(grouped["pairs"]):
-                if minhash.estimated_jaccard(mine, np.frombuffer(other_sig, np.uint64)) >= nd.threshold:
-                    yield node, other
-
-        sig_by_node = summaries | "SigByNode" >> beam.Map(lambda s: (s["order"], s["sig"]))
-        candidates = (
+        sigs = beam.pvalue.AsDict(summaries | "SigByNode" >> beam.Map(lambda s: (s["order"], s["sig"])))
+        edges = (
             summaries
             | "BandKeys" >> beam.FlatMap(bands)
             | "GroupByBand" >> beam.GroupByKey()
-            | "CandidatePairs" >> beam.FlatMap(pairs)
-            | "UniquePairs" >> beam.Distinct()
-        )
-        with_second = (
-            {"pairs": candidates | "BySecond" >> beam.Map(lambda p: (p[1], p[0])), "sig": sig_by_node}
-            | "JoinSecond" >> beam.CoGroupByKey()
-            | "SecondSig"
-            >> beam.FlatMap(
-                lambda item: [(first, (item[0], sig)) for sig in list(item[1]["sig"])[:1] for first in item[1]["pairs"]]
-            )
-        )
-        edges = (
-            {"pairs": with_second, "sig": sig_by_node}
-            | "JoinFirst" >> beam.CoGroupByKey()
-            | "ConfirmByJaccard" >> beam.FlatMap(confirm)
+            | "ConfirmInBucket" >> beam.FlatMap(_confirm_bucket, sigs, nd.threshold)
+            | "UniqueEdges" >> beam.Distinct()
         )
         return edges | "Components" >> ConnectedComponents(nd.max_components_rounds)
+
+
+def _confirm_bucket(item, sigs: dict[str, bytes], threshold: float):
+    """One band bucket -> its confirmed near-duplicate edges (most buckets hold one node)."""
+    members = sorted(set(item[1]))
+    if len(members) > 1:
+        matrix = np.stack([np.frombuffer(sigs[m], np.uint64) for m in members])
+        yield from minhash.similar_pairs(members, matrix, threshold)
 
 
 class ConnectedComponents(beam.PTransform):

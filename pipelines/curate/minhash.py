@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -166,3 +167,21 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> list[str]:
 
 def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.count_nonzero(a == b)) / len(a)
+
+
+def similar_pairs(nodes: Sequence[str], sigs: np.ndarray, threshold: float) -> Iterator[tuple[str, str]]:
+    """The pairs ``(a, b)``, ``a < b``, of one LSH band bucket whose estimated Jaccard
+    (``estimated_jaccard`` of their signatures) is at least ``threshold``.
+
+    ``nodes`` are the bucket's distinct members and ``sigs`` their ``(len(nodes),
+    num_perm)`` signatures, row for row. Each row is compared with the rows after it in
+    one vectorised step, so a bucket needs memory for its own signatures only and no
+    candidate pair is ever materialised: only confirmed pairs come out."""
+    order = sorted(range(len(nodes)), key=nodes.__getitem__)
+    names = [nodes[i] for i in order]
+    sigs = np.asarray(sigs)[order]
+    num_perm = sigs.shape[1] if sigs.ndim == 2 else 0
+    for i in range(len(names) - 1):
+        agree = np.count_nonzero(sigs[i + 1 :] == sigs[i], axis=1) / num_perm
+        for j in np.flatnonzero(agree >= threshold):
+            yield names[i], names[i + 1 + j]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from dataclasses import replace
@@ -29,6 +30,7 @@ from pipelines.curate.logic import (
     transition_key,
     word_signature,
 )
+from pipelines.curate.minhash import similar_pairs
 from schemas import Action, Observation, Provenance, Transition, VolatileSpan, transition_problems
 from schemas.errors import ConfigError
 
@@ -117,8 +119,7 @@ def test_near_duplicate_precision_and_recall_on_a_labelled_set():
     for k, s in sigs.items():
         for b in band_keys(s, cfg):
             buckets.setdefault(b, []).append(k)
-    candidates = {tuple(sorted((a, b))) for ks in buckets.values() for i, a in enumerate(ks) for b in ks[i + 1 :]}
-    found = {p for p in candidates if estimated_jaccard(sigs[p[0]], sigs[p[1]]) >= cfg.threshold}
+    found = {p for ks in buckets.values() for p in similar_pairs(ks, np.stack([sigs[k] for k in ks]), cfg.threshold)}
     keys = sorted(docs)
     truth = set()
     for i, a in enumerate(keys):
@@ -130,6 +131,26 @@ def test_near_duplicate_precision_and_recall_on_a_labelled_set():
     precision = len(found & truth) / len(found)
     assert recall >= 0.9, recall
     assert precision >= 0.95, precision
+
+
+def test_similar_pairs_confirms_a_buckets_pairs_like_the_pairwise_estimate():
+    rng = np.random.default_rng(5)
+    base = rng.integers(0, 1 << 63, size=10, dtype=np.uint64)
+    sigs = {}
+    for name, agree in [("e", 10), ("a", 8), ("c", 7), ("b", 9), ("d", 3)]:  # positions equal to base
+        sig = base.copy()
+        sig[agree:] = rng.integers(0, 1 << 63, size=10 - agree, dtype=np.uint64)
+        sigs[name] = sig
+    names = list(sigs)  # unsorted on purpose
+    matrix = np.stack([sigs[n] for n in names])
+    found = list(similar_pairs(names, matrix, 0.8))
+    brute = sorted(
+        (min(x, y), max(x, y)) for i, x in enumerate(names) for y in names[i + 1 :] if estimated_jaccard(sigs[x], sigs[y]) >= 0.8
+    )
+    assert sorted(found) == brute == [("a", "b"), ("a", "e"), ("b", "e")]  # 0.8 exactly counts; 0.7 does not
+    assert len(found) == len(set(found))
+    assert list(similar_pairs(["a"], matrix[:1], 0.8)) == []
+    assert sorted(similar_pairs(names, matrix, 0.0)) == sorted(itertools.combinations(sorted(names), 2))
 
 
 def test_connected_components_are_deterministic():
