@@ -138,16 +138,25 @@ def test_resume_after_kill_continues_the_same_run(release, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "trajforge", "train", "cpt", cfg, "--store", release, "--output", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 240
-    while not (out / "checkpoint-8" / "trainer_state.json").exists() and time.monotonic() < deadline:
+    from training.train import last_checkpoint
+
+    def whole(step: int) -> bool:  # trainer_state.json can exist before it is fully written
+        try:
+            json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())
+            return True
+        except (OSError, ValueError):
+            return False
+
+    while not whole(8) and time.monotonic() < deadline:
         assert proc.poll() is None, "the run ended before it could be killed"
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "training_report.json").exists()
-    from training.train import last_checkpoint
 
     newest = int(last_checkpoint(out).rsplit("-", 1)[1])
-    half = out / f"checkpoint-{newest + 4}"  # as if killed while saving the next checkpoint: passed over
+    folders = [int(p.name.rsplit("-", 1)[1]) for p in out.glob("checkpoint-*")]
+    half = out / f"checkpoint-{max(folders) + 4}"  # as if killed while saving a later checkpoint: passed over
     half.mkdir()
     (half / "model.safetensors").write_bytes(b"partial")
     done = cli("train", "cpt", cfg, "--store", release, "--output", str(out))
