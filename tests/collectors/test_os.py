@@ -51,7 +51,10 @@ def test_scripted_tasks_reach_their_check_with_the_tree_recorded(env, task_id):
     for action in task.actions:
         _, _, _, _, info = rec.step(action)
         assert info["action_error"] is None, (action, info["action_error"])
-    assert env.check_task(task) == (1.0, "ok")
+    deadline = time.monotonic() + 15  # FAST checks wait 0.3 s; a loaded machine may need longer to write the answer
+    while (checked := env.check_task(task)) != (1.0, "ok") and time.monotonic() < deadline:
+        pass
+    assert checked == (1.0, "ok")
     steps = rec.transitions
     assert len(steps) == len(task.actions)
     assert all(t.state.format == t.next_state.format == "a11y_tree" for t in steps)
