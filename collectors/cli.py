@@ -1,4 +1,4 @@
-"""Collector commands: ``trajforge synth`` and ``trajforge collect`` (whole, or one shard of a job)."""
+"""Collector commands: ``trajforge synth`` and ``trajforge collect`` (whole, one shard of a job, or on Beam)."""
 
 from __future__ import annotations
 
@@ -33,27 +33,43 @@ def synth(
     )
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def collect(
+    ctx: typer.Context,
     job_file: Annotated[str, typer.Argument(help="The job YAML (see examples/jobs/).")],
     store: Annotated[str, typer.Option("--store", "-s", help="Store path or URI.")],
     shard: Annotated[int, typer.Option(help="Run only this shard of the job's episodes (0-based).")] = 0,
     num_shards: Annotated[int, typer.Option(help="Split the job's episodes into this many shards.")] = 1,
+    runner: Annotated[
+        str | None, typer.Option(help="Run the episodes as a Beam pipeline on this runner (DirectRunner, DataflowRunner, ...).")
+    ] = None,
+    unit_size: Annotated[int, typer.Option(help="Beam mode: episodes per unit (committed whole).")] = 4,
 ) -> None:
     """Run a collection job: episodes in sandboxes, recorded into the store. Resumable.
 
     With --shard I --num-shards N, a deterministic 1/N of the episodes (by a hash of each
-    episode's key): N shards run by any batch scheduler collect the whole job, none twice."""
-    import json
+    episode's key): N shards run by any batch scheduler collect the whole job, none twice.
+    With --runner R, the episodes run as elements of a Beam pipeline; options after it go to
+    Beam (--runner DataflowRunner --project=... --sdk_container_image=...)."""
     import sys
 
     from collectors.jobs import load_job
     from collectors.runner import plan, run_job
+    from schemas.errors import ConfigError
 
+    if ctx.args and runner is None:
+        raise ConfigError(f"unexpected arguments {' '.join(ctx.args)} (Beam options need --runner)")
     job, tasks = load_job(job_file)
-    if not 0 <= shard < num_shards:
-        from schemas.errors import ConfigError
+    if runner is not None:
+        if num_shards != 1:
+            raise ConfigError("--runner and --num-shards: Beam spreads the episodes itself, give one or the other")
+        from collectors.beam_collect import run_beam_job
 
+        summary = run_beam_job(job, tasks, store, runner=runner, beam_args=list(ctx.args), unit_size=unit_size,
+                               log=lambda m: print(m, file=sys.stderr, flush=True))  # fmt: skip
+        _report(summary)
+        return
+    if not 0 <= shard < num_shards:
         raise ConfigError(f"--shard {shard} --num-shards {num_shards}: need 0 <= shard < num-shards")
     total = len(plan(job, tasks, "", (shard, num_shards)))
     if sys.stderr.isatty():
@@ -77,6 +93,12 @@ def collect(
                   f"{s.transitions} transitions, {s.failed} failed", file=sys.stderr, flush=True)  # fmt: skip
 
         summary = run_job(job, tasks, store, progress=update, shard=(shard, num_shards))
+    _report(summary)
+
+
+def _report(summary) -> None:
+    import json
+
     typer.echo(summary.line())
     for key, reason in summary.failures.items():
         typer.echo(f"failed {key}: {reason}", err=True)

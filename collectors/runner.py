@@ -284,22 +284,35 @@ def _worker_init(counter: Any = None) -> None:
     Finalize(None, _worker_exit, exitpriority=10)
 
 
-def _record(result: EpisodeResult, writer: StoreWriter, ledger, summary: JobSummary) -> None:
+def ledger_entry(result: EpisodeResult) -> dict[str, Any]:
+    """The ledger line of an episode's result (local runs and Beam units alike)."""
     entry = {"episode": result.key, "trajectory_id": result.trajectory_id, "attempts": result.attempts,
              "seconds": round(result.seconds, 3), "at": datetime.now(UTC).isoformat()}  # fmt: skip
     if result.ok and result.transitions:
-        writer.writer(result.domain).write_episode(result.transitions)
-        summary.collected += 1
-        summary.transitions += len(result.transitions)
         entry |= {"status": "done", "steps": len(result.transitions), "reward": result.transitions[-1].reward}
     else:
-        summary.failed += 1
-        reason = result.reason or "the episode produced no step"
-        summary.failures[result.key] = reason
-        entry |= {"status": "failed", "reason": reason}
-    summary.retried += result.attempts > 1
+        entry |= {"status": "failed", "reason": result.reason or "the episode produced no step"}
     if result.retried_after:
         entry["retried_after"] = result.retried_after
+    return entry
+
+
+def tally(entry: dict[str, Any], summary: JobSummary) -> None:
+    """Count a ledger line into a run's summary."""
+    summary.retried += entry["attempts"] > 1
+    if entry["status"] == "done":
+        summary.collected += 1
+        summary.transitions += entry["steps"]
+    else:
+        summary.failed += 1
+        summary.failures[entry["episode"]] = entry["reason"]
+
+
+def _record(result: EpisodeResult, writer: StoreWriter, ledger, summary: JobSummary) -> None:
+    entry = ledger_entry(result)
+    if entry["status"] == "done":
+        writer.writer(result.domain).write_episode(result.transitions)
+    tally(entry, summary)
     ledger.write(json.dumps(entry) + "\n")
     ledger.flush()
 
