@@ -4,6 +4,8 @@
 #   JOB=examples/jobs/web.yaml STORE=/shared/store sbatch --array=0-15 deploy/slurm/collect-array.sh
 # The store must be on a file system every node mounts. A failed task can be resubmitted
 # alone (sbatch --array=5 ...): it collects only what its shard still misses.
+# In the project image (`make image`, pushed to a registry) through Apptainer:
+#   TRAJFORGE="apptainer exec --bind /shared docker://REGISTRY/trajforge:latest trajforge" sbatch deploy/slurm/collect-array.sh
 #SBATCH --job-name=trajforge-collect
 #SBATCH --array=0-7
 #SBATCH --cpus-per-task=2
