@@ -17,6 +17,8 @@
     search: {corpus: docs.jsonl}    # search episodes with env_id other than pydoc
     os: {screen: [1280, 800], screenshot: false}  # desktop episodes only
     android: {serials: [emulator-5554, emulator-5556]}  # worker i uses serials[i % n]; or {simulator: true}
+    backend: sim                    # optional: a world model plays every environment (collectors.sim)
+    sim: {model: runs/sft/final, temperature: 0.0}  # which model and how it samples (collectors.sim.config)
 
 Unknown keys, wrong types, missing task files and unknown domains are refused with the
 file, the key and what was expected.
@@ -31,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collectors.env import Task, load_suite
+from collectors.sim.config import SimSection
 from sandboxes.base import SandboxConfig
 from schemas.config import load_yaml_model
 from schemas.errors import ConfigError
@@ -158,6 +161,14 @@ class JobConfig(BaseModel):
     search: SearchSection = SearchSection()
     os: OSSection = OSSection()
     android: AndroidSection = AndroidSection()
+    backend: Literal["real", "sim"] = "real"
+    sim: SimSection | None = None
+
+    @model_validator(mode="after")
+    def _sim(self) -> JobConfig:
+        if self.backend == "sim" and self.sim is None:
+            raise ValueError("backend: sim needs a sim section naming the model (sim: {model: ...})")
+        return self
 
     def env_options(self, domain: str) -> dict[str, Any]:
         section = {"web": self.web, "mcp": self.mcp, "search": self.search, "os": self.os, "android": self.android}.get(domain)
@@ -187,6 +198,11 @@ def load_job(path: str | Path) -> tuple[JobConfig, list[Task]]:
         value = getattr(job.search, name)
         if value and not Path(value).is_absolute():
             setattr(job.search, name, str(path.parent / value))
+    if job.sim is not None:  # local model folders, tokenizers and recorded stores: relative to the job file too
+        for name in ("model", "tokenizer", "recorded"):
+            value = getattr(job.sim, name)
+            if value and not Path(value).is_absolute() and (path.parent / value).exists():
+                setattr(job.sim, name, str(path.parent / value))
     if job.domains:
         tasks = [t for t in tasks if t.domain in job.domains]
     from collectors.registry import ENVIRONMENTS

@@ -87,8 +87,14 @@ def _env_for(spec: EpisodeSpec, job: JobConfig):
     key = (spec.task.domain, spec.task.env_id)
     env = _ENVS.get(key)
     if env is None or env.closed:
-        env = _ENVS[key] = make_env(spec.task.domain, job.sandbox_config(spec.run_id), spec.task.env_id,
-                                    **job.env_options(spec.task.domain))  # fmt: skip
+        real = lambda: make_env(spec.task.domain, job.sandbox_config(spec.run_id), spec.task.env_id,  # noqa: E731
+                                **job.env_options(spec.task.domain))  # fmt: skip
+        if job.backend == "sim":  # a world model plays the environment; real() gives its initial observations
+            from collectors.sim.env import SimEnv
+
+            env = _ENVS[key] = SimEnv(spec.task.domain, job.sim, spec.task.env_id, real=real)
+        else:
+            env = _ENVS[key] = real()
     return env
 
 
@@ -130,7 +136,8 @@ def run_episode_once(spec: EpisodeSpec) -> tuple[list[Transition], float]:
     if transitions and task.check and transitions[-1].reward is None:
         reward, _ = task.validate(base)
         transitions[-1] = replace(transitions[-1], reward=reward)
-    task.run_teardown(base)
+    if not getattr(base, "simulated", False):  # a simulated world has nothing to tear down
+        task.run_teardown(base)
     return transitions, info.get("reset_ms", 0.0)
 
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.release import mixture
+from pipelines.release import mixture, simulated
 from pipelines.release.config import SPLITS, MixtureConfig
 from pipelines.store import Store, read_shard
 from schemas.errors import ConfigError, StoreError
@@ -188,6 +188,8 @@ def samples_of(traj, tokens, cfg: MixtureConfig) -> dict[str, list[dict[str, Any
     from pipelines.release.samples import build_samples
 
     split = mixture.split_of(cfg, traj.first.domain, traj.first.env_id, traj.first.task_id)
+    if not simulated.keeps(cfg, traj):  # simulated trajectories: excluded unless the mixture says otherwise
+        return {}
     out = build_samples(traj, tokens, cfg)
     for items in out.values():
         for s in items:
@@ -376,6 +378,7 @@ def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, 
     store = Store(store_uri)
     cids = curations(store, cfg)
     shards = input_shards(store, cids)
+    cfg = simulated.resolve(cfg, store, shards)  # use: cap counts simulated trajectories once
     releases = Path(store.sfs.join("releases", name))
     final = releases / version
     tmp = releases / f".{version}.building"

@@ -7,6 +7,8 @@ much of each domain each stage gets, and how samples split. Checked before any w
     splits: {validation: 0.05, test: 0.05, held_out_envs: []}
     stages:
       sft: {token_budget: 5000000, weights: {terminal: 2, swe: 1}, max_epochs: 2, max_prompt_tokens: 4096}
+    simulated: {use: exclude}     # trajectories a world model simulated: exclude (default) | include | cap
+                                  # (cap: {use: cap, max_share: 0.2} of the trajectories at most)
 
 Weights are relative (any positive numbers; domains not named get 0 unless ``weights`` is
 empty, which means every domain in proportion to what exists). Budgets and weights apply
@@ -16,6 +18,7 @@ to the train split; validation and test take every sample of their tasks.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -62,6 +65,21 @@ class Splits(Strict):
         return self
 
 
+class Simulated(Strict):
+    """What a release does with simulated trajectories (``provenance.simulated``): left out
+    by default, so a world model is never trained on its own outputs by accident."""
+
+    use: Literal["exclude", "include", "cap"] = "exclude"
+    max_share: float | None = Field(None, gt=0.0, lt=1.0)  # cap: simulated trajectories / all kept ones
+    keep_below: float | None = Field(None, ge=0.0, le=1.0)  # set by the build for cap (recorded in the manifest)
+
+    @model_validator(mode="after")
+    def _cap(self) -> Simulated:
+        if (self.use == "cap") != (self.max_share is not None):
+            raise ValueError("max_share goes with use: cap, and use: cap needs max_share")
+        return self
+
+
 class MixtureConfig(Strict):
     name: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     curations: str | list[str] = "all"
@@ -71,6 +89,7 @@ class MixtureConfig(Strict):
     license: str = "other"
     splits: Splits = Splits()
     stages: dict[str, Stage] = Field(default_factory=lambda: {s: Stage() for s in STAGES})
+    simulated: Simulated = Simulated()
 
     @model_validator(mode="after")
     def _stages(self) -> MixtureConfig:
