@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -59,7 +60,7 @@ def _seed(*parts: Any) -> int:
     return int.from_bytes(hashlib.blake2b("\x00".join(map(str, parts)).encode(), digest_size=4).digest(), "big")
 
 
-_COUNTS: dict[int, PieceCounts] = {}  # one cache of piece counts per backend and process
+_COUNTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> its piece counts, shared by its SimEnvs
 
 
 class SimEnv(Environment):
@@ -81,7 +82,9 @@ class SimEnv(Environment):
         self.domain, self.options = domain, options
         self.action_space = env_class(domain).action_space
         self.backend = backend or backend_for(options)
-        self.tokens = _COUNTS.setdefault(id(self.backend), PieceCounts(self.backend.counter()))
+        if self.backend not in _COUNTS:
+            _COUNTS[self.backend] = PieceCounts(self.backend.counter())
+        self.tokens = _COUNTS[self.backend]
         self.format = options.format or FORMATS[domain]
         self.real_factory, self.initial, self.real_env = real, initial, None
         self.history: list[Transition] = []
