@@ -1,8 +1,9 @@
 """Recover a run folder after its writer was killed, without touching finished shards.
 
 Three things a kill can leave behind, each fixed here:
-- ``part-N.arrow.partial``: its complete record batches become ``part-N.arrow`` (written
-  to a temporary name, fsynced, renamed), then the partial is removed;
+- ``part-N.arrow.partial`` (in the run folder, or for an object store staged in its local
+  state folder): its complete record batches become ``part-N.arrow`` (written to a
+  temporary name, fsynced, renamed; or uploaded as one object), then the partial is removed;
 - ``part-N.arrow`` not yet in the manifest (killed between rename and manifest save): it
   is verified and listed;
 - stale temporary files of an interrupted manifest or repair write: removed.
@@ -11,13 +12,14 @@ A listed shard whose file is gone is reported, never silently dropped.
 
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from pipelines.store.fs import StoreFS
+from pipelines.store.fs import LOCAL, StoreFS
 from pipelines.store.manifest import LOCK, RunManifest, ShardEntry
 from pipelines.store.shards import (
     PARTIAL_SUFFIX,
@@ -63,26 +65,39 @@ def _entry(sfs: StoreFS, path: str, name: str) -> ShardEntry:
 
 
 def _rebuild(sfs: StoreFS, schema: pa.Schema, batches: list[pa.RecordBatch], final: str) -> None:
-    tmp = f"{final}{_TMP}repair"
+    tmp = sfs.local_path(f"{final}{_TMP}repair")
+    os.makedirs(os.path.dirname(tmp), exist_ok=True)
     options = ipc.IpcWriteOptions(compression="zstd")
-    with sfs.fs.open_output_stream(tmp) as sink, ipc.new_file(sink, schema, options=options) as w:
+    with LOCAL.fs.open_output_stream(tmp) as sink, ipc.new_file(sink, schema, options=options) as w:
         for b in batches:
             w.write_batch(b)
-    sfs.fsync(tmp)
-    sfs.move(tmp, final)
-    sfs.fsync_dir(posixpath.dirname(final))
+    sfs.publish(tmp, final)
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+
+
+def _staged(sfs: StoreFS, run_dir: str) -> dict[str, str]:
+    """name -> local path of the files an object store's writer staged for this run folder."""
+    if sfs.local:
+        return {}
+    folder = sfs.local_path(run_dir)
+    return {n: os.path.join(folder, n) for n in (sorted(os.listdir(folder)) if os.path.isdir(folder) else [])}
 
 
 def repair_run_locked(sfs: StoreFS, run_dir: str, *, domain: str, run_id: str, report: RepairReport | None = None) -> RunManifest:
     """Repair one run folder whose lock the caller holds; return its consistent manifest."""
     report = report if report is not None else RepairReport(run_dir)
     manifest = RunManifest.load(sfs, run_dir) or RunManifest(domain=domain, run_id=run_id)
-    names = {i.base_name: i for i in sfs.listdir(run_dir)}
+    names = {i.base_name: i.path for i in sfs.listdir(run_dir)}
+    staged = _staged(sfs, run_dir)
+    for name, path in staged.items():
+        if _TMP in name:
+            os.unlink(path)
     for name in names:
         if _TMP in name:
             sfs.delete(f"{run_dir}/{name}")
     finished = sorted(n for n in names if n.endswith(SHARD_SUFFIX) and _TMP not in n)
-    partials = sorted(n for n in names if n.endswith(PARTIAL_SUFFIX) and _TMP not in n)
+    partials = sorted(n for n in {**names, **staged} if n.endswith(PARTIAL_SUFFIX) and _TMP not in n)
 
     for name in finished:
         if manifest.entry(name) is None:
@@ -93,10 +108,10 @@ def repair_run_locked(sfs: StoreFS, run_dir: str, *, domain: str, run_id: str, r
                 report.broken.append(f"unlisted shard left as is: {exc}")
 
     for name in partials:
-        path = f"{run_dir}/{name}"
+        where, path = (LOCAL, staged[name]) if name in staged else (sfs, f"{run_dir}/{name}")
         final_name = name[: -len(PARTIAL_SUFFIX)]
         if manifest.entry(final_name) is None:
-            schema, batches = salvage_partial(sfs, path)
+            schema, batches = salvage_partial(where, path)
             if batches and version_of(schema) is not None:
                 _rebuild(sfs, schema, batches, f"{run_dir}/{final_name}")
                 manifest.shards.append(_entry(sfs, f"{run_dir}/{final_name}", final_name))
@@ -104,7 +119,7 @@ def repair_run_locked(sfs: StoreFS, run_dir: str, *, domain: str, run_id: str, r
                 manifest.save(sfs, run_dir)  # listed before the partial goes: a kill here repeats nothing
             else:
                 report.dropped.append(name)
-        sfs.delete(path)
+        where.delete(path)
 
     report.missing.extend(s.path for s in manifest.shards if not sfs.exists(f"{run_dir}/{s.path}"))
     manifest.shards.sort(key=lambda s: s.path)

@@ -4,9 +4,11 @@
 record batches (``rows_per_batch`` / ``bytes_per_batch``), each batch goes to the kernel
 as soon as it is full, and shards roll at ``rows_per_shard`` / ``bytes_per_shard``. A
 shard is written as ``part-NNNNN.arrow.partial``, fsynced, renamed to ``part-NNNNN.arrow``
-and only then listed in the run manifest. A kill -9 at any moment loses at most the rows
-of the batch being filled; opening the run again (or ``trajforge shards repair``)
-recovers the rest. ``StoreWriter`` routes a run's transitions to one writer per domain::
+and only then listed in the run manifest. On an object store (no rename) the partial is
+written in the store's local state folder, finished there, uploaded as one object and
+then listed by a manifest commit. A kill -9 at any moment loses at most the rows of the
+batch being filled; opening the run again (or ``trajforge shards repair``) recovers the
+rest. ``StoreWriter`` routes a run's transitions to one writer per domain::
 
     with StoreWriter("store", run_id="r1") as w:
         for t in transitions:
@@ -16,6 +18,7 @@ recovers the rest. ``StoreWriter`` routes a run's transitions to one writer per 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from pipelines.store.fs import StoreFS
+from pipelines.store.fs import LOCAL, StoreFS
 from pipelines.store.layout import parse_part_index, part_name, run_dir
 from pipelines.store.manifest import LOCK, ShardEntry
 from pipelines.store.repair import repair_run_locked
@@ -182,27 +185,31 @@ class ShardWriter:
     def _shard_name(self) -> str:
         return part_name(self._next_index)
 
+    def _partial_path(self, name: str) -> str:
+        """Where the open shard is written: in the run folder, or staged locally for an object store."""
+        return self.sfs.local_path(f"{self.dir}/{name}{PARTIAL_SUFFIX}")
+
     def _open_shard(self) -> None:
-        partial = f"{self.dir}/{self._shard_name}{PARTIAL_SUFFIX}"
-        self._sink = self.sfs.fs.open_output_stream(partial)  # unbuffered: each batch reaches the kernel
+        partial = self._partial_path(self._shard_name)
+        os.makedirs(os.path.dirname(partial), exist_ok=True)
+        self._sink = LOCAL.fs.open_output_stream(partial)  # unbuffered: each batch reaches the kernel
         self._shard_opened = time.monotonic()
         self._ipc = ipc.new_file(self._sink, self._schema, options=self._ipc_options)
 
     def _finish_shard(self) -> None:
         name = self._shard_name
-        partial = f"{self.dir}/{name}{PARTIAL_SUFFIX}"
-        final = f"{self.dir}/{name}"
+        partial = self._partial_path(name)
         self._ipc.close()
         self._sink.close()
         self._ipc = self._sink = None
-        self.sfs.fsync(partial)
-        sha = file_sha256(self.sfs, partial)
-        size = self.sfs.info(partial).size
-        self.sfs.move(partial, final)
-        self.sfs.fsync_dir(self.dir)
+        sha = file_sha256(LOCAL, partial)
+        size = os.path.getsize(partial)
+        self.sfs.publish(partial, f"{self.dir}/{name}")  # rename, or one upload (never visible half-done)
         lo, hi = self._shard_range
         self.manifest.shards.append(ShardEntry(name, self._shard_rows, size, sha, current_version(), lo, hi))
-        self.manifest.save(self.sfs, self.dir)
+        self.manifest.save(self.sfs, self.dir)  # the commit: readers see the shard from here on
+        if not self.sfs.local:
+            os.unlink(partial)  # kept until the commit: a kill before it is repaired from this copy
         self._next_index += 1
         self._shard_rows, self._shard_range = 0, []
 
