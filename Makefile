@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android clean
+.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -54,6 +54,7 @@ demo: install system-deps mcp-servers
 	$(VENV)/bin/trajforge train cpt examples/training/tiny-cpt.yaml --store $(STORE) --output $(STORE)/runs/tiny-cpt
 	$(VENV)/bin/trajforge train sft examples/training/tiny-sft.yaml --store $(STORE) --output $(STORE)/runs/tiny-sft
 	$(VENV)/bin/trajforge train eval --model $(STORE)/runs/tiny-sft --store $(STORE) --release demo/1 --max-samples 4 --max-new-tokens 32 --rollouts 2
+	$(VENV)/bin/trajforge sim compare examples/jobs/terminal-swe.yaml --model $(STORE)/runs/tiny-sft --max-new-tokens 32  # the tiny world model beside the real environments
 
 test: install sandboxes mcp-servers
 	$(VENV)/bin/ruff check .
@@ -107,3 +108,14 @@ bench-os: install system-deps
 
 bench-android: install system-deps
 	$(PY) benchmarks/android_sim.py
+
+# Simulated (SimEnv, tiny model on the CPU) vs real steps/s for terminal and SWE; on a GPU: ARGS="--size 0.6b".
+bench-sim: sandboxes
+	$(PY) benchmarks/sim.py $(ARGS)
+
+# The project image (top-level Dockerfile) with Podman or Docker: IMAGE, BASE_IMAGE, BEAM_BOOT_IMAGE, ENGINE, IMAGE_EXTRAS.
+image:
+	bash scripts/build-image.sh
+
+bench-collect-scale: sandboxes
+	$(PY) benchmarks/collect_scale.py

@@ -13,6 +13,7 @@ import typer
 from collectors.android.cli import app as android_app
 from collectors.cli import app as collectors_app
 from collectors.search.cli import app as search_app
+from collectors.sim.cli import app as sim_app
 from pipelines.cli import app as pipelines_app
 from sandboxes.cli import app as sandboxes_app
 from schemas.errors import TrajforgeError
@@ -28,6 +29,7 @@ app.add_typer(collectors_app)
 app.add_typer(pipelines_app)
 app.add_typer(sandboxes_app, name="sandboxes")
 app.add_typer(search_app, name="search")
+app.add_typer(sim_app, name="sim")
 app.add_typer(android_app, name="android")
 app.add_typer(training_app, name="train")
 
