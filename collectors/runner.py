@@ -26,7 +26,6 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from collectors.env import Task
@@ -36,6 +35,7 @@ from collectors.registry import env_class, make_env
 from collectors.wrappers import Recorder, StepLimit, TimeLimit
 from pipelines.store import Store, StoreWriter
 from pipelines.store.fs import StoreFS
+from pipelines.store.ledger import Ledger
 from schemas.errors import TrajforgeError
 from schemas.transition import Provenance, Transition
 
@@ -249,18 +249,14 @@ def run_job(job: JobConfig, tasks: list[Task], store: str, *, progress=None, log
         summary.planned, summary.already_done = len(specs), len(specs) - len(todo)
         which = f" (shard {index} of {count})" if count > 1 else ""
         log(f"job {job.job_id}{which}: {len(specs)} episodes planned, {summary.already_done} already done, {len(todo)} to run")
-        ledger = open(Path(job_dir) / "ledger.jsonl", "a")  # noqa: SIM115 (closed below)
-        try:
-            with StoreWriter(store, run_id) as writer:
-                for result in _results(job, todo):
-                    _record(result, writer, ledger, summary)
-                    if progress:
-                        progress(summary)
-        finally:
-            ledger.close()
+        with Ledger(sfs, job_dir, run_id) as ledger, StoreWriter(sfs, run_id) as writer:
+            for result in _results(job, todo):
+                _record(result, writer, ledger, summary)
+                if progress:
+                    progress(summary)
         summary.seconds = time.monotonic() - t0
-        (Path(job_dir) / "runs").mkdir(exist_ok=True)
-        (Path(job_dir) / "runs" / f"{run_id}.json").write_text(json.dumps(asdict(summary), indent=1))
+        sfs.makedirs(f"{job_dir}/runs")
+        sfs.write_bytes_atomic(f"{job_dir}/runs/{run_id}.json", json.dumps(asdict(summary), indent=1).encode())
     return summary
 
 
@@ -320,8 +316,7 @@ def _record(result: EpisodeResult, writer: StoreWriter, ledger, summary: JobSumm
     if entry["status"] == "done":
         writer.writer(result.domain).write_episode(result.transitions)
     tally(entry, summary)
-    ledger.write(json.dumps(entry) + "\n")
-    ledger.flush()
+    ledger.write(entry)
 
 
 __all__ = ["EpisodeResult", "EpisodeSpec", "JobSummary", "plan", "run_episode", "run_job"]

@@ -17,11 +17,11 @@ import json
 import sys
 from collections.abc import Iterator
 from datetime import date, datetime
-from pathlib import Path
 from typing import IO, Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as pads
 
 from pipelines.store.reader import Store
 from schemas.arrow import shard_view_sql
@@ -78,10 +78,11 @@ CURATION_TREES = ("curated", "rejected")
 def _curation_view(con: duckdb.DuckDBPyConnection, store: Store, tree: str, logical) -> None:
     """``curated`` / ``rejected``: the tree's transitions with their curation attributes
     (status, stage, reason, duplicate_of, cluster, flags, exclude_as_target, curation_id).
-    Rejected records that never parsed (quarantine) appear with NULL transition fields."""
-    if not store.sfs.local:  # object stores: issue "scale out" brings these views there
-        return
-    attribute_files = sorted(str(p) for p in Path(store.sfs.join(tree)).glob("*/attributes.parquet"))
+    Rejected records that never parsed (quarantine) appear with NULL transition fields.
+    Attribute files are read through the store's pyarrow file system (local or object store)."""
+    sfs = store.sfs
+    attribute_files = [f"{i.path}/attributes.parquet" for i in sfs.listdir(sfs.join(tree))
+                       if i.type.name == "Directory" and sfs.exists(f"{i.path}/attributes.parquet")]  # fmt: skip
     if not attribute_files:
         return
     parts = []
@@ -98,22 +99,33 @@ def _curation_view(con: duckdb.DuckDBPyConnection, store: Store, tree: str, logi
         if not rows:
             con.register(f"{name}_empty", logical.empty_table())
             rows = f"SELECT * FROM {name}_empty"
-        attrs = f"(SELECT * EXCLUDE (trajectory_id, domain), '{cid}' AS curation_id FROM read_parquet('{path}'))"
+        con.register(f"{name}_attrs", pads.dataset(path, format="parquet", filesystem=sfs.fs))
+        attrs = f"(SELECT * EXCLUDE (trajectory_id, domain), '{cid}' AS curation_id FROM {name}_attrs)"
         join = "JOIN" if tree == "curated" else "RIGHT JOIN"
         parts.append(f"SELECT t.* EXCLUDE (transition_id), a.* FROM ({rows}) t {join} {attrs} a USING (transition_id)")
     con.execute(f"CREATE TEMP VIEW {tree} AS " + " UNION ALL BY NAME ".join(parts))
+
+
+def release_manifests(store: Store) -> list[tuple[str, dict]]:
+    """(release folder, manifest) of every release of a store: a release exists once its
+    ``manifest.json`` does (written last, also on object stores)."""
+    sfs = store.sfs
+    found = []
+    for name in sfs.listdir(sfs.join("releases")):
+        for version in sfs.listdir(name.path) if name.type.name == "Directory" else ():
+            path = f"{version.path}/manifest.json"
+            if version.type.name == "Directory" and not version.base_name.startswith(".") and sfs.exists(path):
+                found.append((version.path, json.loads(sfs.read_bytes(path))))
+    return found
 
 
 def _release_views(con: duckdb.DuckDBPyConnection, store: Store) -> None:
     """``releases``: one row per release file (name, version, stage, split, rows, tokens,
     sha256); ``release_cpt`` / ``release_sft`` / ``release_rl``: the samples of every
     release with its name and version."""
-    if not store.sfs.local:
-        return
-    manifests = sorted(Path(store.sfs.join("releases")).glob("*/*/manifest.json"))
+    manifests = release_manifests(store)
     rows = []
-    for path in manifests:
-        m = json.loads(path.read_text())
+    for _, m in manifests:
         rows += [{"name": m["name"], "version": m["version"], "stage": f["stage"], "split": f["split"], "path": f["path"],
                   "rows": f["rows"], "tokens": f["tokens"], "bytes": f["bytes"], "sha256": f["sha256"]}
                  for f in m["files"] if "rows" in f]  # fmt: skip
@@ -122,14 +134,19 @@ def _release_views(con: duckdb.DuckDBPyConnection, store: Store) -> None:
     con.register("_releases", pa.Table.from_pylist(rows))
     con.execute("CREATE TEMP VIEW releases AS SELECT * FROM _releases")
     for stage in ("cpt", "sft", "rl"):
-        files = sorted(str(p.parent / f["path"]) for p in manifests for f in json.loads(p.read_text())["files"]
-                       if f.get("stage") == stage)  # fmt: skip
-        if files:
-            listing = ", ".join(f"'{f}'" for f in files)
-            con.execute(
-                f"CREATE TEMP VIEW release_{stage} AS SELECT split(filename, '/')[-5] AS name, "
-                f"split(filename, '/')[-4] AS version, * EXCLUDE (filename) FROM read_parquet([{listing}], filename = true)"
-            )
+        parts = []
+        for k, (root, m) in enumerate(manifests):
+            files = sorted(f"{root}/{f['path']}" for f in m["files"] if f.get("stage") == stage)
+            if files:
+                con.register(f"_release_{stage}_{k}", pads.dataset(files, format="parquet", filesystem=store.sfs.fs))
+                parts.append(f"SELECT {_literal(m['name'])} AS name, {_literal(m['version'])} AS version, * "
+                             f"FROM _release_{stage}_{k}")  # fmt: skip
+        if parts:
+            con.execute(f"CREATE TEMP VIEW release_{stage} AS " + " UNION ALL BY NAME ".join(parts))
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def execute(sql: str, store: str | Store, *, batch_rows: int = 8192) -> pa.RecordBatchReader:

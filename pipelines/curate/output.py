@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from pipelines.curate.config import CurationConfig
 from pipelines.curate.logic import scrub_transition, secret_rows
 from pipelines.store import StoreWriter, read_shard
-from pipelines.store.fs import StoreFS
+from pipelines.store.fs import LOCAL, StoreFS
 from pipelines.store.layout import part_name, run_dir
 from pipelines.store.manifest import RunManifest
 from schemas.arrow import from_record_batch, to_record_batch
@@ -126,7 +126,9 @@ def index_files(work: str, shards: list[int]) -> dict[str, list[str]]:
 
 
 def finalise(store: str, work: str, cid: str, shards: int) -> Tally:
-    """Put the per-shard outputs together (see the module docstring); the summed counts."""
+    """Put the per-shard outputs together (see the module docstring); the summed counts.
+    ``work`` is a local folder; on an object store each file is uploaded as one object and
+    the manifests follow their shards."""
     sfs = StoreFS.open(store)
     total = Tally()
     for tree in TREES:
@@ -134,31 +136,32 @@ def finalise(store: str, work: str, cid: str, shards: int) -> Tally:
         for i in range(shards):
             src = shard_dir(work, i) / tree / cid
             for domain_dir in sorted(src.iterdir()) if src.is_dir() else ():
-                m = RunManifest.load(sfs, str(domain_dir))
+                m = RunManifest.load(LOCAL, str(domain_dir))
                 dest = manifests.setdefault(domain_dir.name, RunManifest(domain_dir.name, cid, kind=tree, closed=True))
                 final = run_dir(sfs, tree, domain_dir.name, cid)
                 sfs.makedirs(final)
                 for entry in m.shards if m else ():
                     name = part_name(len(dest.shards))
-                    sfs.move(str(domain_dir / entry.path), f"{final}/{name}")
+                    sfs.publish(str(domain_dir / entry.path), f"{final}/{name}")
                     dest.shards.append(replace(entry, path=name))
         for domain, m in manifests.items():
             m.save(sfs, run_dir(sfs, tree, domain, cid))
         sfs.makedirs(sfs.join(tree, cid))
-        with pq.ParquetWriter(sfs.join(tree, cid, "attributes.parquet"), ATTRIBUTES, compression="zstd") as w:
+        attributes = sfs.join(tree, cid, "attributes.parquet")
+        with pq.ParquetWriter(attributes, ATTRIBUTES, compression="zstd", filesystem=sfs.fs) as w:
             for i in range(shards):
                 part = shard_dir(work, i) / f"attributes-{tree}.parquet"
                 if part.exists():
                     table = pq.read_table(part)
                     if table.num_rows:
                         w.write_table(table)
-    index = Path(sfs.join("curated", "_index", cid))
-    index.mkdir(parents=True, exist_ok=True)
+    index = sfs.join("curated", "_index", cid)
+    sfs.makedirs(index)
     for i in range(shards):
         d = shard_dir(work, i)
         for kind in ("traj", "steps"):
             if (d / f"{kind}.parquet").exists():
-                shutil.move(d / f"{kind}.parquet", index / f"{kind}-{i:06d}.parquet")
+                sfs.publish(str(d / f"{kind}.parquet"), f"{index}/{kind}-{i:06d}.parquet")
         if (d / "tally.json").exists():
             total.merge(json.loads((d / "tally.json").read_text()))
     return total

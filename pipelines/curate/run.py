@@ -23,21 +23,23 @@ Beam options are passed through, so the same pipeline runs on Dataflow, Flink or
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import itertools
 import json
 import os
+import posixpath
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
+
 from pipelines.curate import output
 from pipelines.curate.config import CurationConfig
 from pipelines.store import Store
-from pipelines.store.fs import StoreFS
+from pipelines.store.fs import LOCAL, StoreFS
 
 STAGES = ("validate", "decontaminate", "quality", "exact_dedup", "near_dedup")
 
@@ -81,10 +83,15 @@ class CurationReport:
         return "\n".join(lines)
 
 
+def _index_markers(sfs: StoreFS) -> list[str]:
+    """``curated/_index/<id>.json`` of every finished curation (written after its index files)."""
+    return [i.path for i in sfs.listdir(sfs.join("curated", "_index")) if i.base_name.endswith(".json") and i.type.name == "File"]
+
+
 def _curated_inputs(sfs: StoreFS) -> set[str]:
     done: set[str] = set()
-    for path in glob.glob(os.path.join(sfs.join("curated", "_index"), "*.json")):
-        done.update(json.loads(Path(path).read_text())["inputs"])
+    for path in _index_markers(sfs):
+        done.update(json.loads(sfs.read_bytes(path))["inputs"])
     return done
 
 
@@ -96,7 +103,7 @@ def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str, int, 
     for shard in store.readable_shards("raw"):
         if cfg.domains and shard.run.domain not in cfg.domains:
             continue
-        rel = os.path.relpath(shard.path, store.sfs.root)
+        rel = store.sfs.rel(shard.path)
         if rel not in done:
             picked.append((rel, shard.entry.sha256, shard.entry.rows, shard.entry.min_collected_at or ""))
     return sorted(picked)
@@ -164,7 +171,7 @@ def plan_pieces(store: Store, inputs: list[tuple[str, str, int, str]], limit: in
                 batch_rows = None
         except Exception:  # an unreadable shard is one piece, quarantined by the pass that reads it
             trajs, batch_rows = [], None
-        run = os.path.dirname(rel)
+        run = posixpath.dirname(rel)
         joins = bool(trajs) and previous_last == (run, trajs[0])
         previous_last = (run, trajs[-1] if trajs else None)
         bounds = [0, *(_cuts(trajs, target) if batch_rows else []), rows]
@@ -212,12 +219,27 @@ def beam_options(beam_args: list[str] | None):
     return PipelineOptions(args)
 
 
-def _previous_index(sfs: StoreFS) -> dict[str, list[str]]:
-    """Index files of every finished earlier curation of this store (its ``<id>.json``
-    marker is written last: a killed curation's files are not read)."""
-    root = sfs.join("curated", "_index")
-    done = sorted(p[: -len(".json")] for p in glob.glob(os.path.join(root, "*.json")))
-    return {kind: sorted(f for d in done for f in glob.glob(os.path.join(d, f"{kind}-*.parquet"))) for kind in ("traj", "steps")}
+def _previous_index(sfs: StoreFS, work: str) -> dict[str, list[str]]:
+    """Local paths of the index files of every finished earlier curation of this store (its
+    ``<id>.json`` marker is written last: a killed curation's files are not read). An object
+    store's index files are fetched into ``work`` first (small: ~1 KB a kept trajectory)."""
+    found: dict[str, list[str]] = {"traj": [], "steps": []}
+    for marker in _index_markers(sfs):
+        for path in sfs.files(marker[: -len(".json")]):
+            kind = posixpath.basename(path).split("-", 1)[0]
+            if kind in found and path.endswith(".parquet"):
+                found[kind].append(path)
+    if sfs.local:
+        return {kind: sorted(paths) for kind, paths in found.items()}
+    fetched: dict[str, list[str]] = {}
+    for kind, paths in found.items():
+        fetched[kind] = []
+        for path in sorted(paths):
+            local = os.path.join(work, "previous", sfs.rel(path))
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            pafs.copy_files(path, local, source_filesystem=sfs.fs, destination_filesystem=LOCAL.fs)
+            fetched[kind].append(local)
+    return fetched
 
 
 def run_pass(reads: dict[int, tuple], store_uri: str, config: dict[str, Any], previous: dict[str, list[str]],
@@ -251,25 +273,27 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     sfs = store.sfs
     inputs = plan_inputs(store, cfg)
     cid = curation_id(cfg, inputs)
-    out_dir = Path(sfs.join("curated", cid))
-    report_path = out_dir / "report.json"
-    if report_path.exists():
-        report = CurationReport(**json.loads(report_path.read_text()))
+    out_dir = sfs.join("curated", cid)
+    report_path = f"{out_dir}/report.json"
+    if sfs.exists(report_path):
+        report = CurationReport(**json.loads(sfs.read_bytes(report_path)))
         report.noop = True
         return report
     if not inputs:  # everything is curated already: a rerun is a no-op
         return CurationReport(cid, cfg.name, noop=True)
     report = CurationReport(cid, cfg.name, inputs=len(inputs))
-    work = out_dir / "_work"  # an unfinished earlier try of this curation starts over
-    for leftover in (out_dir, Path(sfs.join("rejected", cid)), Path(sfs.join("curated", "_index", cid))):
-        shutil.rmtree(leftover, ignore_errors=True)
+    # Beam's per-piece outputs: in the store (local) or the store's local state folder (object stores)
+    work = Path(sfs.local_path(f"{out_dir}/_work"))
+    for leftover in (out_dir, sfs.join("rejected", cid), sfs.join("curated", "_index", cid)):
+        sfs.rmtree(leftover)  # an unfinished earlier try of this curation starts over
+    shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     config = cfg.model_dump(mode="json")
     pieces = plan_pieces(store, inputs, cfg.max_transitions_per_pass)
     reads = {k: (sfs.join(inputs[p.input][0]), p.span()) for k, p in enumerate(pieces)}
 
     t0 = time.monotonic()
-    previous = _previous_index(sfs)
+    previous = _previous_index(sfs, str(work))
     groups = pass_groups(pieces, cfg.max_transitions_per_pass)
     for g, group in enumerate(groups):
         rows = sum(pieces[k].rows for k in group)
@@ -288,10 +312,10 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     report.marked_duplicate_steps = tally.repeats
     report.by_stage, report.by_reason, report.by_domain = dict(tally.stage), dict(tally.reason), tally.domain
     report.flags, report.scrubbed, report.cluster_sizes = dict(tally.flags), dict(tally.scrubbed), tally.cluster_sizes()
-    index_dir = Path(sfs.join("curated", "_index"))
-    (index_dir / f"{cid}.json").write_text(json.dumps({"inputs": [item[0] for item in inputs]}, indent=1))
+    marker = json.dumps({"inputs": [item[0] for item in inputs]}, indent=1).encode()
+    sfs.write_bytes_atomic(sfs.join("curated", "_index", f"{cid}.json"), marker)
     shutil.rmtree(work)
     report.seconds["finalise"] = time.monotonic() - t1
     report.seconds["total"] = time.monotonic() - t0
-    report_path.write_text(json.dumps(asdict(report), indent=1, sort_keys=True))
+    sfs.write_bytes_atomic(report_path, json.dumps(asdict(report), indent=1, sort_keys=True).encode())
     return report

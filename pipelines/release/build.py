@@ -36,6 +36,8 @@ import pyarrow.parquet as pq
 from pipelines.release import mixture, simulated
 from pipelines.release.config import SPLITS, MixtureConfig
 from pipelines.store import Store, read_shard
+from pipelines.store.fs import LOCAL
+from pipelines.store.shards import file_sha256
 from schemas.errors import ConfigError, StoreError
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
@@ -96,8 +98,9 @@ class ReleaseReport:
 
 # -- inputs --------------------------------------------------------------------------------------
 def curations(store: Store, cfg: MixtureConfig) -> list[str]:
-    root = Path(store.sfs.join("curated"))
-    done = sorted(p.parent.name for p in root.glob("*/report.json")) if root.is_dir() else []
+    sfs = store.sfs
+    done = sorted(i.base_name for i in sfs.listdir(sfs.join("curated"))
+                  if i.type.name == "Directory" and sfs.exists(f"{i.path}/report.json"))  # fmt: skip
     if not done:
         raise ConfigError(f"{store.uri}: no finished curation to release: run trajforge curate first")
     if cfg.curations == "all":
@@ -232,8 +235,9 @@ class SampleWriter:
 
 
 def excluded_ids(store: str, cid: str) -> set[str]:
-    path = os.path.join(Store(store).sfs.join("curated", cid), "attributes.parquet")
-    table = pq.read_table(path, columns=["transition_id"], filters=[("exclude_as_target", "=", True), ("status", "=", "kept")])
+    sfs = Store(store).sfs
+    table = pq.read_table(sfs.join("curated", cid, "attributes.parquet"), columns=["transition_id"], filesystem=sfs.fs,
+                          filters=[("exclude_as_target", "=", True), ("status", "=", "kept")])  # fmt: skip
     return set(table.column("transition_id").to_pylist())
 
 
@@ -241,10 +245,11 @@ def reasoning_for(store: str, shard_path: str) -> dict[str, str]:
     """Reasoning texts a distillation job wrote for a curated shard (``trajforge distill``)."""
     from pipelines.release.distill import distill_path
 
+    sfs = Store(store).sfs
     path = distill_path(Store(store), shard_path)
-    if not os.path.exists(path):
+    if not sfs.exists(path):
         return {}
-    table = pq.read_table(path, columns=["transition_id", "reasoning"])
+    table = pq.read_table(path, columns=["transition_id", "reasoning"], filesystem=sfs.fs)
     return dict(zip(table.column("transition_id").to_pylist(), table.column("reasoning").to_pylist(), strict=True))
 
 
@@ -379,8 +384,7 @@ def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, 
     cids = curations(store, cfg)
     shards = input_shards(store, cids)
     cfg = simulated.resolve(cfg, store, shards)  # use: cap counts simulated trajectories once
-    releases = Path(store.sfs.join("releases", name))
-    final = releases / version
+    releases = Path(store.sfs.local_path(store.sfs.join("releases", name)))  # object stores: built locally
     tmp = releases / f".{version}.building"
     shutil.rmtree(tmp, ignore_errors=True)
     work = tmp / "_work"
@@ -415,7 +419,7 @@ def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, 
         )
     shutil.rmtree(work)
 
-    report = ReleaseReport(name, version, str(final))
+    report = ReleaseReport(name, version, store.sfs.uri(store.sfs.join("releases", name, version)))
     files = data_files(tmp)
     for f in files:
         report.samples.setdefault(f["stage"], {}).setdefault(f["split"], 0)
@@ -429,16 +433,32 @@ def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, 
     manifest = build_manifest(tmp, cfg, name, version, cids, lineage, plans)
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
-    if final.exists():
-        old = final / "manifest.json"
-        same = old.exists() and old.read_bytes() == (tmp / "manifest.json").read_bytes()
+    return _put_in_place(store, tmp, store.sfs.join("releases", name, version), report)
+
+
+def _put_in_place(store: Store, tmp: Path, final: str, report: ReleaseReport) -> ReleaseReport:
+    """Move the built release to its final place: a rename on local disk; on an object
+    store every file uploaded as one object, ``manifest.json`` last (a release exists once
+    its manifest does: a kill mid-upload leaves no release, and the rerun uploads it
+    again). A version that exists is kept if identical, refused otherwise."""
+    sfs = store.sfs
+    old = f"{final}/manifest.json"
+    if sfs.exists(final if sfs.local else old):
+        same = sfs.exists(old) and sfs.read_bytes(old) == (tmp / "manifest.json").read_bytes()
         shutil.rmtree(tmp)
         if not same:
-            raise StoreError(f"{final}: release {name} {version} exists with other content: releases are immutable, "
-                             "give this one a new version")  # fmt: skip
+            raise StoreError(f"{sfs.uri(final)}: release {report.name} {report.version} exists with other content: "
+                             "releases are immutable, give this one a new version")  # fmt: skip
         report.identical = True
         return report
-    os.rename(tmp, final)
+    if sfs.local:
+        os.rename(tmp, final)
+        return report
+    sfs.rmtree(final)  # objects of an upload that was killed before its manifest
+    files = sorted(p for p in tmp.rglob("*") if p.is_file() and p.name != "manifest.json")
+    for path in [*files, tmp / "manifest.json"]:
+        sfs.publish(str(path), f"{final}/{path.relative_to(tmp).as_posix()}")
+    shutil.rmtree(tmp)
     return report
 
 
@@ -456,21 +476,14 @@ def lineage_of(store: Store, cids: list[str], name: str, version: str) -> dict[s
     """raw runs -> curations -> this release."""
     curated = {}
     for cid in cids:
-        index = Path(store.sfs.join("curated", "_index", f"{cid}.json"))
-        inputs = json.loads(index.read_text())["inputs"] if index.exists() else []
-        report = json.loads(Path(store.sfs.join("curated", cid, "report.json")).read_text())
+        sfs = store.sfs
+        index = sfs.join("curated", "_index", f"{cid}.json")
+        inputs = json.loads(sfs.read_bytes(index))["inputs"] if sfs.exists(index) else []
+        report = json.loads(sfs.read_bytes(sfs.join("curated", cid, "report.json")))
         runs = sorted({os.path.dirname(rel) for rel in inputs})
         curated[cid] = {"config": report.get("config"), "raw_runs": runs, "raw_shards": inputs,
                         "kept": report.get("kept"), "rejected": report.get("rejected")}  # fmt: skip
     return {"format": "trajforge.lineage/1", "release": {"name": name, "version": version}, "curations": curated}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _versions() -> dict[str, str]:
@@ -491,7 +504,7 @@ def build_manifest(root: Path, cfg: MixtureConfig, name: str, version: str, cids
     files = []
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != "manifest.json"):
         rel = str(path.relative_to(root))
-        entry = {"path": rel, "sha256": _sha256(path), "bytes": path.stat().st_size}
+        entry = {"path": rel, "sha256": file_sha256(LOCAL, str(path)), "bytes": path.stat().st_size}
         if rel in tokens:
             entry.update(rows=tokens[rel]["rows"], tokens=tokens[rel]["tokens"], stage=tokens[rel]["stage"],
                          split=tokens[rel]["split"])  # fmt: skip

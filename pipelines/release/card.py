@@ -85,7 +85,7 @@ def _plots(root: Path, cfg: MixtureConfig, stats, drops: dict[str, int]) -> None
 def write_card(root: Path, cfg: MixtureConfig, name: str, version: str, report, stats, plans, store, cids) -> None:
     drops: dict[str, int] = {}
     for cid in cids:
-        r = json.loads(Path(store.sfs.join("curated", cid, "report.json")).read_text())
+        r = json.loads(store.sfs.read_bytes(store.sfs.join("curated", cid, "report.json")))
         for reason, n in r.get("by_reason", {}).items():
             drops[reason] = drops.get(reason, 0) + n
     _plots(root, cfg, stats, drops)

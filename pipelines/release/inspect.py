@@ -10,54 +10,62 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipelines.release.build import _sha256
 from pipelines.release.samples import unwrap
+from pipelines.store.fs import StoreFS
+from pipelines.store.shards import file_sha256
 from schemas.errors import StoreError
 
 
 def load_manifest(root: str | Path) -> dict[str, Any]:
-    path = Path(root) / "manifest.json"
-    if not path.is_file():
+    """A release's manifest (a release folder: a local path or an object-store URI)."""
+    sfs = StoreFS.open(root)
+    path = sfs.join("manifest.json")
+    if sfs.info(path).type.name != "File":
         raise StoreError(f"{root}: not a release (no manifest.json)")
     try:
-        return json.loads(path.read_text())
+        return json.loads(sfs.read_bytes(path))
     except json.JSONDecodeError as exc:
-        raise StoreError(f"{path}: unreadable manifest ({exc.msg} at line {exc.lineno})") from None
+        raise StoreError(f"{sfs.uri(path)}: unreadable manifest ({exc.msg} at line {exc.lineno})") from None
 
 
 def verify(root: str | Path) -> list[str]:
     """One line per problem: a file changed, missing, or not in the manifest."""
-    root = Path(root)
     manifest = load_manifest(root)
+    sfs = StoreFS.open(root)
     listed = {f["path"]: f for f in manifest["files"]}
     problems = []
     for rel, f in sorted(listed.items()):
-        path = root / rel
-        if not path.is_file():
-            problems.append(f"{path}: missing")
-        elif path.stat().st_size != f["bytes"] or _sha256(path) != f["sha256"]:
-            problems.append(f"{path}: changed (sha256 differs from the manifest)")
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        rel = str(path.relative_to(root))
+        path = sfs.join(rel)
+        info = sfs.info(path)
+        if info.type.name != "File":
+            problems.append(f"{sfs.uri(path)}: missing")
+        elif info.size != f["bytes"] or file_sha256(sfs, path) != f["sha256"]:
+            problems.append(f"{sfs.uri(path)}: changed (sha256 differs from the manifest)")
+    for path in sfs.files(sfs.root):
+        rel = sfs.rel(path)
         if rel != "manifest.json" and rel not in listed:
-            problems.append(f"{path}: extra file, not in the manifest")
+            problems.append(f"{sfs.uri(path)}: extra file, not in the manifest")
     return problems
 
 
-def _ids(root: Path) -> dict[tuple[str, str, str], set[str]]:
+def _ids(root: str | Path) -> dict[tuple[str, str, str], set[str]]:
     out: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-    for path in sorted(root.glob("data/*/*.parquet")):
-        table = pq.read_table(path, columns=["id", "domain"])
-        split = path.name.split("-")[0]
+    sfs = StoreFS.open(root)
+    for path in sfs.files(sfs.join("data")):
+        stage, name = path.split("/")[-2:]
+        if not name.endswith(".parquet"):
+            continue
+        table = pq.read_table(path, columns=["id", "domain"], filesystem=sfs.fs)
+        split = name.split("-")[0]
         for sid, domain in zip(table.column("id").to_pylist(), table.column("domain").to_pylist(), strict=True):
-            out[(path.parent.name, split, domain)].add(sid)
+            out[(stage, split, domain)].add(sid)
     return out
 
 
 def diff(a: str | Path, b: str | Path) -> list[dict[str, Any]]:
     """Per (stage, split, domain): samples only in B (added), only in A (removed), in both."""
     load_manifest(a), load_manifest(b)
-    left, right = _ids(Path(a)), _ids(Path(b))
+    left, right = _ids(a), _ids(b)
     rows = []
     for key in sorted(set(left) | set(right)):
         x, y = left.get(key, set()), right.get(key, set())
@@ -68,9 +76,11 @@ def diff(a: str | Path, b: str | Path) -> list[dict[str, Any]]:
 
 
 def list_releases(store_root: str | Path) -> list[dict[str, Any]]:
+    from pipelines.query import release_manifests
+    from pipelines.store import Store
+
     out = []
-    for manifest in sorted(Path(store_root, "releases").glob("*/*/manifest.json")):
-        m = json.loads(manifest.read_text())
+    for _, m in release_manifests(Store(store_root, must_exist=False)):
         data = [f for f in m["files"] if "rows" in f]
         out.append({"name": m["name"], "version": m["version"], "files": len(data), "samples": sum(f["rows"] for f in data),
                     "tokens": sum(f["tokens"] for f in data), "curations": ",".join(m["curations"]),
