@@ -232,7 +232,7 @@ def test_curation_and_a_release_in_the_bucket_match_local_disk(s3_store, tmp_pat
 
     local = str(tmp_path / "local")
     gen = Synthesizer(3, duplicates=0.2, **SMALL)
-    transitions = list(gen.transitions(400))
+    transitions = list(gen.transitions(250))
     for store in (local, s3_store):
         write(store, transitions, gen.run_id)
     reports = [curate(CurationConfig(), store, beam_args=IN_MEMORY, log=lambda m: None) for store in (local, s3_store)]
@@ -248,7 +248,7 @@ def test_curation_and_a_release_in_the_bucket_match_local_disk(s3_store, tmp_pat
     assert not [n for n in objects(s3_store) if "_work" in n]
 
     tokenizer = tmp_path / "tokenizer.json"
-    train_tokenizer([t.next_state.text for t in transitions[:300]], str(tokenizer), vocab_size=400)
+    train_tokenizer([t.next_state.text for t in transitions], str(tokenizer), vocab_size=400)
     cfg = load_mixture(ROOT / "examples/mixtures/default.yaml")
     cfg.tokenizer = str(tokenizer)
     built = [create_release(cfg, store, "wm", "1", beam_args=IN_MEMORY, log=lambda m: None) for store in (local, s3_store)]
