@@ -206,7 +206,8 @@ def test_cron_line_runs_the_job(tmp_path):
     assert "ExecStart=/opt/trajforge/.venv/bin/trajforge collect examples/jobs/terminal-swe.yaml" in unit
 
 
-SANDBOX_JOBS = sorted((ROOT / "examples" / "jobs").glob("terminal-*.yaml"))
+SANDBOX_JOBS = sorted(p for p in (ROOT / "examples" / "jobs").glob("terminal-*.yaml")
+                      if not p.name.endswith("-sim.yaml"))  # the simulated job: tests/collectors/test_sim.py  # fmt: skip
 
 
 # the web, mcp and search jobs: tests/collectors/test_web.py, test_mcp.py, test_search.py
