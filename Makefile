@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim clean
+.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -119,3 +119,7 @@ image:
 
 bench-collect-scale: sandboxes
 	$(PY) benchmarks/collect_scale.py
+
+# Store writer upload throughput to a local S3 server (moto) vs local disk.
+bench-s3: install
+	$(PY) benchmarks/s3.py
