@@ -52,7 +52,7 @@ demo: install system-deps mcp-servers
 	$(VENV)/bin/trajforge release create examples/mixtures/default.yaml --store $(STORE) --name demo --version 1
 	$(VENV)/bin/trajforge release verify $(STORE)/releases/demo/1
 	$(VENV)/bin/trajforge train cpt examples/training/tiny-cpt.yaml --store $(STORE) --output $(STORE)/runs/tiny-cpt
-	$(VENV)/bin/trajforge train sft examples/training/tiny-sft.yaml --store $(STORE) --output $(STORE)/runs/tiny-sft
+	$(VENV)/bin/trajforge train sft examples/training/tiny-sft.yaml --store $(STORE) --model $(STORE)/runs/tiny-cpt --output $(STORE)/runs/tiny-sft
 	$(VENV)/bin/trajforge train eval --model $(STORE)/runs/tiny-sft --store $(STORE) --release demo/1 --max-samples 4 --max-new-tokens 32 --rollouts 2
 	$(VENV)/bin/trajforge sim compare examples/jobs/terminal-swe.yaml --model $(STORE)/runs/tiny-sft --max-new-tokens 32  # the tiny world model beside the real environments
 

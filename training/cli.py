@@ -13,16 +13,22 @@ StoreOpt = Annotated[str | None, typer.Option("--store", "-s", help="Store path 
 ReleaseOpt = Annotated[str | None, typer.Option("--release", help="NAME/VERSION (overrides the config's release).")]
 OutputOpt = Annotated[str | None, typer.Option("--output", "-o", help="Output folder (overrides the config's output).")]
 ConfigArg = Annotated[str, typer.Argument(help="Training config YAML (see examples/training/).")]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="A checkpoint folder to start from (overrides the config's model).")
+]
 
 
-def _train(stage: str, config: str, store: str | None, release: str | None, output: str | None, as_json: bool) -> None:
+def _train(stage: str, config: str, store: str | None, release: str | None, output: str | None, model: str | None,
+           as_json: bool) -> None:  # fmt: skip
     from dataclasses import asdict
 
     from pipelines.progress import progress
     from training.config import load_train_config
     from training.train import run
 
-    cfg = load_train_config(config, stage).override(store=store, release=release, output=output)
+    cfg = load_train_config(config, stage)
+    checkpoint = None if model is None else {**cfg.model.model_dump(), "path": model, "init": None}
+    cfg = cfg.override(store=store, release=release, output=output, model=checkpoint)
     total = cfg.train.max_steps if cfg.train.max_steps > 0 else None
     with progress(f"train {stage}", total) as update:
         report = run(cfg, progress_update=update)
@@ -40,23 +46,26 @@ def _train(stage: str, config: str, store: str | None, release: str | None, outp
 
 @app.command()
 def cpt(config: ConfigArg, store: StoreOpt = None, release: ReleaseOpt = None, output: OutputOpt = None,
+        model: ModelOpt = None,
         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:  # fmt: skip
     """Continual pre-training on packed CPT documents (loss on every token)."""
-    _train("cpt", config, store, release, output, as_json)
+    _train("cpt", config, store, release, output, model, as_json)
 
 
 @app.command()
 def sft(config: ConfigArg, store: StoreOpt = None, release: ReleaseOpt = None, output: OutputOpt = None,
+        model: ModelOpt = None,
         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:  # fmt: skip
     """Supervised fine-tuning: predict the next observation (loss on the completion)."""
-    _train("sft", config, store, release, output, as_json)
+    _train("sft", config, store, release, output, model, as_json)
 
 
 @app.command()
 def rl(config: ConfigArg, store: StoreOpt = None, release: ReleaseOpt = None, output: OutputOpt = None,
+       model: ModelOpt = None,
        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:  # fmt: skip
     """GSPO (sequence-level GRPO) with the format gate, rule reward and optional judge."""
-    _train("rl", config, store, release, output, as_json)
+    _train("rl", config, store, release, output, model, as_json)
 
 
 @app.command("eval")

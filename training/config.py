@@ -129,8 +129,8 @@ class TrainConfig(Strict):
             raise ValueError("streaming needs train.max_steps (an iterable dataset has no length)")
         return self
 
-    def override(self, **flags: str | None) -> TrainConfig:
-        """The command line's --store/--release/--output win over the file (and are checked like it)."""
+    def override(self, **flags: Any) -> TrainConfig:
+        """The command line's --store/--release/--output/--model win over the file (and are checked like it)."""
         from pydantic import ValidationError
 
         from schemas.errors import ConfigError

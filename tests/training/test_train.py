@@ -203,6 +203,8 @@ def test_bad_input_fails_before_training(release, tmp_path):
         (config(tmp_path / "e.yaml", "cpt", tokenizer=str(tmp_path / "none.json")), ["--store", release], "tokenizer: "),
         (config(tmp_path / "f.yaml", "cpt", train={"save_steps": 3, "logging_steps": 2}), ["--store", release],
          "must be a multiple of logging_steps"),
+        (config(tmp_path / "h.yaml", "cpt"), ["--store", release, "--model", str(tmp_path / "no-ckpt")],
+         f"model.path: {tmp_path / 'no-ckpt'}: cannot load"),  # --model wins over the config's model.init
     ]  # fmt: skip
     for path, flags, message in cases:
         proc = cli("train", yaml.safe_load(Path(path).read_text())["stage"], path, *flags, "--output",
