@@ -35,6 +35,7 @@ from typing import Any
 from collectors.env import Task
 from collectors.jobs import JobConfig
 from collectors.runner import EpisodeSpec, JobSummary, done_trajectories, ledger_entry, plan, run_episode, tally
+from pipelines.curate.run import beam_args_for
 from pipelines.store import StoreFS, StoreWriter
 from pipelines.store.layout import run_dir
 from pipelines.store.manifest import MANIFEST, RunManifest
@@ -148,17 +149,6 @@ def collect_unit(unit: Unit, store: str, retries: int) -> dict[str, Any]:
 
 
 # -- Beam wiring --------------------------------------------------------------------------------
-def beam_args_for(runner: str, extra: list[str], workers: int) -> list[str]:
-    """Beam's options for ``--runner R`` and the user's extra ones; Beam's local runner is
-    the portable in-process one in multi-process mode (its newer default fetches a binary)."""
-    args = [f"--runner={runner}", *extra]
-    if runner in ("DirectRunner", "FnApiRunner") and not any(a.startswith("--direct_running_mode") for a in extra):
-        args.append("--direct_running_mode=multi_processing")
-    if runner in ("DirectRunner", "FnApiRunner") and not any(a.startswith("--direct_num_workers") for a in extra):
-        args.append(f"--direct_num_workers={max(workers, 1)}")
-    return args
-
-
 def check_beam_options(args: list[str]):
     """PipelineOptions for ``args``, or a one-line ConfigError naming the bad runner or option."""
     logging.disable(logging.WARNING)  # Beam's runner imports warn about absent GCP clients: noise here
