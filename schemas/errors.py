@@ -12,6 +12,19 @@ class TrajforgeError(Exception):
     """Base of every error trajforge raises on purpose."""
 
 
+# C0 and C1 controls and the Unicode line and paragraph separators (all break a line somewhere)
+_ESCAPES = {i: f"\\x{i:02x}" for i in (*range(0x20), *range(0x7F, 0xA0))}
+_ESCAPES |= {0x2028: "\\u2028", 0x2029: "\\u2029", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): " "}
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    """``text`` as one printable line: control characters escaped, cut at ``limit``
+    characters. Errors quote hostile values (file names, keys, YAML), and a CLI error is
+    one line whatever they hold."""
+    text = text.translate(_ESCAPES)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class SchemaError(TrajforgeError, ValueError):
     """A record or an Arrow schema does not match the transition schema."""
 
@@ -39,7 +52,11 @@ class QueryError(TrajforgeError):
 
 
 class ConfigError(TrajforgeError):
-    """A config file has an unknown key, a wrong type or an impossible value."""
+    """A config file or command-line input has an unknown key, a wrong type or an
+    impossible value. The message is made one line (it quotes hostile input)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class MissingExtraError(TrajforgeError, ImportError):

@@ -18,15 +18,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from schemas.config import StrictConfig as Strict
 from schemas.config import load_yaml_model
 
 Stage = Literal["cpt", "sft", "rl"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+Scheduler = Literal[  # transformers' SchedulerType: a typo fails here, not after the model has loaded
+    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt",
+    "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay",
+]  # fmt: skip
 
 
 class ModelSpec(Strict):
@@ -38,6 +39,10 @@ class ModelSpec(Strict):
     def _one(self) -> ModelSpec:
         if (self.path is None) == (self.init is None):
             raise ValueError("give exactly one of model.path (a checkpoint) and model.init (a config for new weights)")
+        for key, value in (self.init or {}).items():  # sizes and counts: a 0 or -1 would fail deep inside torch
+            if (key.endswith(("_size", "_dim", "_layers", "_heads", "_embeddings")) and
+                    (isinstance(value, bool) or not isinstance(value, int) or value < 1)):  # fmt: skip
+                raise ValueError(f"init.{key} must be a positive integer, got {value!r}")
         return self
 
 
@@ -46,7 +51,7 @@ class Optim(Strict):
     num_epochs: float = Field(1.0, gt=0)
     learning_rate: float = Field(1e-5, gt=0, lt=1e3)
     warmup_ratio: float = Field(0.03, ge=0, lt=1)
-    lr_scheduler: str = "cosine"
+    lr_scheduler: Scheduler = "cosine"
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     per_device_batch_size: int = Field(1, ge=1)
@@ -114,7 +119,7 @@ class TrainConfig(Strict):
     release: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
     store: str | None = None
     output: str | None = None
-    split: str = "train"
+    split: Literal["train", "validation", "test"] = "train"
     max_length: int = Field(2048, ge=16)  # CPT: packed sequence length; SFT: longer samples are left out, not cut
     packing: bool = True  # best-fit-decreasing packing, no attention across samples
     max_samples: int | None = Field(None, ge=1)  # take the first N samples (smoke runs)
@@ -133,14 +138,14 @@ class TrainConfig(Strict):
         """The command line's --store/--release/--output/--model win over the file (and are checked like it)."""
         from pydantic import ValidationError
 
+        from schemas.config import validation_message
         from schemas.errors import ConfigError
 
         given = {k: v for k, v in flags.items() if v is not None}
         try:
             return TrainConfig.model_validate({**self.model_dump(), **given})
         except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ConfigError(f"--{err['loc'][0]}: {err['msg']}, got {err.get('input')!r}") from None
+            raise ConfigError(f"--{validation_message(exc, show_input=True)}") from None
 
     def missing(self) -> list[str]:
         return [k for k in ("release", "store", "output") if getattr(self, k) is None]

@@ -13,24 +13,26 @@ much of each domain each stage gets, and how samples split. Checked before any w
 Weights are relative (any positive numbers; domains not named get 0 unless ``weights`` is
 empty, which means every domain in proportion to what exists). Budgets and weights apply
 to the train split; validation and test take every sample of their tasks.
+
+A mixture that can build nothing is refused: an empty file, ``stages: {}``, every stage
+disabled, ``curations: []``, or weights that sum to 0.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from schemas.config import StrictConfig as Strict
 from schemas.config import load_yaml_model
 from schemas.transition import DOMAINS
 
 STAGES = ("cpt", "sft", "rl")
 SPLITS = ("train", "validation", "test")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # names that become folder names: no separators, no ..
 
 
 class Stage(Strict):
@@ -81,7 +83,7 @@ class Simulated(Strict):
 
 
 class MixtureConfig(Strict):
-    name: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field("default", pattern=ID)
     curations: str | list[str] = "all"
     tokenizer: str = "tokenizer.json"
     seed: int = 0
@@ -91,13 +93,21 @@ class MixtureConfig(Strict):
     stages: dict[str, Stage] = Field(default_factory=lambda: {s: Stage() for s in STAGES})
     simulated: Simulated = Simulated()
 
+    @field_validator("curations")
+    @classmethod
+    def _curation_ids(cls, value: str | list[str]) -> str | list[str]:
+        ids = [value] if isinstance(value, str) and value != "all" else value
+        if isinstance(ids, list) and (not ids or not all(re.match(ID, i) for i in ids)):
+            raise ValueError(f"give 'all' or a list of curation ids (letters, digits, '.', '_', '-'), got {value!r}")
+        return ids
+
     @model_validator(mode="after")
     def _stages(self) -> MixtureConfig:
         for stage in self.stages:
             if stage not in STAGES:
                 raise ValueError(f"unknown stage {stage!r} (expected {', '.join(STAGES)})")
-        if isinstance(self.curations, str) and self.curations != "all":
-            self.curations = [self.curations]
+        if not self.enabled():
+            raise ValueError(f"no stage to build: enable at least one of {', '.join(STAGES)} under stages")
         return self
 
     def enabled(self) -> list[str]:
