@@ -22,16 +22,18 @@ StoreOpt = Annotated[str, typer.Option("--store", "-s", help="Store path or URI.
 
 @app.command()
 def query(
-    sql: Annotated[str, typer.Argument(help="A read-only SQL query over the views: transitions.")],
+    sql: Annotated[str, typer.Argument(help="A read-only SQL query over the store's views (transitions, curated, ...).")],
     store: StoreOpt,
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv, json (lines) or parquet.")] = "table",
     out: Annotated[str | None, typer.Option(help="Write the result to this file.")] = None,
     limit: Annotated[int, typer.Option(help="Rows shown by --format table.")] = 50,
+    timeout: Annotated[float, typer.Option(help="Stop the query after this many seconds.")] = 300.0,
+    memory: Annotated[str | None, typer.Option(help="Memory cap, e.g. 2GB (default: half the RAM, at most 4GB).")] = None,
 ) -> None:
-    """Run read-only SQL (DuckDB) over the store."""
+    """Run read-only SQL (DuckDB) over the store, confined to its views (no file, extension or setting)."""
     from pipelines.query import execute, write_result
 
-    n = write_result(execute(sql, store), format, out, limit=limit)
+    n = write_result(execute(sql, store, timeout=timeout, memory=memory), format, out, limit=limit)
     if out:
         typer.echo(f"wrote {n} rows to {out}", err=True)
 
@@ -41,9 +43,10 @@ def stats(store: StoreOpt, as_json: Annotated[bool, typer.Option("--json", help=
     """Counts per domain, run and day, bytes, and the failed-step ratio."""
     from dataclasses import asdict
 
+    from pipelines.cli_inputs import existing_store
     from pipelines.stats import store_stats
 
-    s = store_stats(store)
+    s = store_stats(existing_store(store))
     if as_json:
         typer.echo(json.dumps({**asdict(s), "failed_ratio": s.failed_ratio}, indent=1))
         return
@@ -72,9 +75,10 @@ def shards_validate(
     deep: Annotated[bool, typer.Option(help="Also check every record (ids, hashes, JSON, spans).")] = False,
 ) -> None:
     """Check schema, manifest hashes and row counts; exit 2 on any problem."""
+    from pipelines.cli_inputs import existing_path
     from pipelines.store.check import check_path
 
-    report = check_path(path, deep=deep)
+    report = check_path(existing_path(path, "store, run folder or shard"), deep=deep)
     for problem in report.problems:
         typer.echo(problem, err=True)
     typer.echo(f"{report.shards_ok} shards ok ({report.rows} rows), {len(report.problems)} problems")
@@ -85,9 +89,10 @@ def shards_validate(
 @shards.command("repair")
 def shards_repair(path: Annotated[str, typer.Argument(help="A store or a run folder.")]) -> None:
     """Recover the complete batches of unfinished shards and fix run manifests."""
+    from pipelines.cli_inputs import existing_path
     from pipelines.store.repair import repair
 
-    reports = repair(path)
+    reports = repair(existing_path(path, "store or run folder"))
     for r in reports:
         for line in r.lines():
             typer.echo(line)
@@ -109,9 +114,11 @@ def curate(
     import sys
     from dataclasses import asdict
 
+    from pipelines.cli_inputs import checked_beam_args, existing_store
     from pipelines.curate.config import load_curation
     from pipelines.curate.run import curate as run
 
     cfg = load_curation(config)
-    report = run(cfg, store, beam_args=list(ctx.args), log=lambda m: print(m, file=sys.stderr, flush=True))
+    store = existing_store(store)
+    report = run(cfg, store, beam_args=checked_beam_args(list(ctx.args)), log=lambda m: print(m, file=sys.stderr, flush=True))
     typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.table())

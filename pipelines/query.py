@@ -1,11 +1,16 @@
-"""Read-only ad-hoc SQL over a store with DuckDB.
+"""Read-only ad-hoc SQL over a store with DuckDB, confined to the store's views.
 
 Each view is a lazy source over finished shards (see ``Store.relations``): DuckDB pushes
 projections and filters into the pyarrow dataset, so ``SELECT domain, count(*)`` reads two
-columns, not whole observations. Only SELECT and EXPLAIN statements run; anything that
-writes, attaches, loads or configures is refused before execution::
+columns, not whole observations. The shards are read by pyarrow (local disk or object
+store), so the engine itself needs no file access at all: ``connect`` opens DuckDB with
+external access, extension install/load and Python replacement scans off, no spilling to
+disk, a memory and thread cap, and then locks the configuration. No SQL can read a host
+file, write anything or load an extension, whatever the statement. ``execute`` also checks
+the statement first (``pipelines.sql_guard``) for one-line refusals, and stops a query at
+its time limit::
 
-    table = run_query("SELECT domain, count(*) FROM transitions GROUP BY 1", "store")
+    table = run_query("SELECT domain, count(*) FROM transitions GROUP BY 1", "store", timeout=60, memory="2GB")
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ import base64
 import contextlib
 import csv
 import json
+import os
+import re
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import date, datetime
 from typing import IO, Any
@@ -23,6 +31,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from pipelines.sql_guard import STORE_ONLY, check_read_only
 from pipelines.store.reader import Store
 from schemas.arrow import shard_view_sql
 from schemas.errors import QueryError
@@ -31,28 +40,52 @@ from schemas.versions import schema_for
 #: View name -> the store tree it reads. Later stages add theirs (curated, rejected, ...).
 VIEWS: dict[str, str] = {"transitions": "raw"}
 
-_ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 FORMATS = ("table", "csv", "json", "parquet")
 
+#: Defaults for ``--timeout`` (seconds), ``--memory`` and the engine's threads.
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_THREADS = max(1, min(os.cpu_count() or 1, 8))
 
-def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Refuse any statement that is not a SELECT or EXPLAIN (writes, ATTACH, COPY, SET, ...)."""
+
+def default_memory() -> str:
+    """Half the host's memory, at most 4 GB: a runaway query cannot take the host."""
     try:
-        statements = con.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise QueryError(f"SQL does not parse: {str(exc).splitlines()[0]}") from None
-    if not statements:
-        raise QueryError("empty query")
-    for st in statements:
-        if st.type not in _ALLOWED:
-            kind = st.type.name.replace("StatementType.", "")
-            raise QueryError(f"refused {kind} statement: queries are read-only (SELECT and EXPLAIN only)")
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return "4GB"
+    return f"{max(256, min(4096, total // 2**21))}MB"
 
 
-def connect(store: str | Store) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the store's views registered."""
+def _confined_config(memory: str, threads: int) -> dict[str, Any]:
+    """The engine settings every store connection starts with (locked once the views exist)."""
+    if not re.fullmatch(r"\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*", memory, re.IGNORECASE):
+        raise QueryError(f"--memory {memory!r}: expected a size such as 512MB or 2GB")
+    if threads < 1:
+        raise QueryError(f"threads {threads}: expected at least 1")
+    return {
+        "enable_external_access": False,  # no file, network, ATTACH, COPY, INSTALL or LOAD
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+        "allow_community_extensions": False,
+        "allow_persistent_secrets": False,
+        "python_enable_replacements": False,  # SQL cannot see the caller's Python variables
+        "temp_directory": "",  # never spill to disk: a query that needs more than --memory stops
+        "memory_limit": memory.strip(),
+        "threads": threads,
+    }
+
+
+def connect(store: str | Store, *, memory: str | None = None, threads: int = DEFAULT_THREADS) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection that sees only the store's views.
+
+    The views read registered pyarrow sources, so the engine runs with external access
+    off from the start; its configuration is locked before the connection is returned.
+    """
     store = store if isinstance(store, Store) else Store(store)
-    con = duckdb.connect(":memory:")
+    try:
+        con = duckdb.connect(":memory:", config=_confined_config(memory or default_memory(), threads))
+    except duckdb.Error as exc:
+        raise QueryError(f"--memory {memory!r}: {str(exc).splitlines()[0]}") from None
     logical = schema_for()
     for view, kind in VIEWS.items():
         parts = []
@@ -149,21 +182,112 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def execute(sql: str, store: str | Store, *, batch_rows: int = 8192) -> pa.RecordBatchReader:
-    """Run a read-only query; the result streams as record batches."""
-    con = connect(store)
-    check_read_only(con, sql)
+def execute(
+    sql: str,
+    store: str | Store,
+    *,
+    batch_rows: int = 8192,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    memory: str | None = None,
+    threads: int = DEFAULT_THREADS,
+) -> pa.RecordBatchReader:
+    """Run a read-only query; the result streams as record batches.
+
+    ``timeout`` (seconds) covers the whole query, reading the result included; ``memory``
+    caps what the engine may hold (default: ``default_memory()``). Every refusal or failure
+    is a ``QueryError`` of one line.
+    """
+    if not timeout > 0:
+        raise QueryError(f"--timeout {timeout}: expected a number of seconds above 0")
+    memory = memory or default_memory()
+    con = connect(store, memory=memory, threads=threads)
+    deadline: _Deadline | None = None
     try:
+        check_read_only(con, sql)
+        deadline = _Deadline(con, timeout)
         relation = con.sql(sql)
         if relation is None:
             raise QueryError("the query returned no result")
-        return relation.to_arrow_reader(batch_rows)
+        reader = relation.to_arrow_reader(batch_rows)
+    except BaseException as exc:
+        if deadline:
+            deadline.cancel()
+        con.close()
+        if isinstance(exc, duckdb.Error):
+            stopped = deadline is not None and deadline.passed
+            raise query_error(exc, timeout=timeout, memory=memory, stopped=stopped) from None
+        raise
+    return pa.RecordBatchReader.from_batches(reader.schema, _guarded(con, reader, deadline, memory))
+
+
+class _Deadline:
+    """Interrupts the connection's query once ``timeout`` seconds have passed (DuckDB has no
+    statement timeout of its own); ``passed`` tells an interrupt from any other error."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, timeout: float) -> None:
+        self.timeout = timeout
+        self._passed = threading.Event()
+        self._timer = threading.Timer(min(timeout, threading.TIMEOUT_MAX), self._stop, args=(con,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _stop(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._passed.set()
+        with contextlib.suppress(duckdb.Error):  # already closed: nothing left to stop
+            con.interrupt()
+
+    @property
+    def passed(self) -> bool:
+        return self._passed.is_set()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _guarded(
+    con: duckdb.DuckDBPyConnection, reader: pa.RecordBatchReader, deadline: _Deadline, memory: str
+) -> Iterator[pa.RecordBatch]:
+    """The result's batches; engine errors become one line, and the time limit holds between batches."""
+    try:
+        for batch in reader:
+            if deadline.passed:
+                raise query_error(None, timeout=deadline.timeout, memory=memory, stopped=True)
+            yield batch
     except duckdb.Error as exc:
-        raise QueryError(str(exc).splitlines()[0]) from None
+        raise query_error(exc, timeout=deadline.timeout, memory=memory, stopped=deadline.passed) from None
+    finally:
+        deadline.cancel()
+        con.close()
 
 
-def run_query(sql: str, store: str | Store) -> pa.Table:
-    return execute(sql, store).read_all()
+def query_error(exc: BaseException | None, *, timeout: float, memory: str, stopped: bool = False) -> QueryError:
+    """One line for an engine error: time and memory limits name their option, refusals
+    by the engine (a file, an extension) name what was refused."""
+    if stopped or isinstance(exc, duckdb.InterruptException):
+        return QueryError(f"query stopped after {timeout:g} s (--timeout)")
+    line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return QueryError(f"query needs more memory than --memory {memory} allows ({line})")
+    if isinstance(exc, duckdb.PermissionException):
+        path = re.search(r'Cannot access (?:file|directory) "([^"]*)"', line)
+        what = f"access to {path.group(1)}" if path else line.removeprefix("Permission Error: ")
+        return QueryError(f"query refused: {what} is outside the store; {STORE_ONLY}")
+    table = re.search(r"Table with name (.+) does not exist", line)
+    if isinstance(exc, duckdb.CatalogException) and table and re.search(r"[/\\]|\.\w+$", table.group(1)):
+        return QueryError(f"query refused: FROM '{table.group(1)}' reads a file; {STORE_ONLY}")  # a replacement scan
+    return QueryError(line)
+
+
+def run_query(
+    sql: str,
+    store: str | Store,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    memory: str | None = None,
+    threads: int = DEFAULT_THREADS,
+) -> pa.Table:
+    """Run a read-only query and return the whole result (same confinement and limits as ``execute``)."""
+    return execute(sql, store, timeout=timeout, memory=memory, threads=threads).read_all()
 
 
 def _plain(value: Any) -> Any:

@@ -31,11 +31,13 @@ def create(
     """
     from dataclasses import asdict
 
+    from pipelines.cli_inputs import checked_beam_args, existing_store
     from pipelines.release.build import create_release
     from pipelines.release.config import load_mixture
 
     cfg = load_mixture(mixture, store)
-    report = create_release(cfg, store, name, version, beam_args=list(ctx.args), log=_log)
+    store = existing_store(store)
+    report = create_release(cfg, store, name, version, beam_args=checked_beam_args(list(ctx.args)), log=_log)
     typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.summary())
 
 
@@ -103,12 +105,13 @@ def distill(
     model: Annotated[str, typer.Option(help="Model name at the endpoint.")],
     base_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1.")],
     api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key.")] = "OPENAI_API_KEY",
-    limit: Annotated[int | None, typer.Option(help="At most this many texts (the last shard may be cut).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many texts (the last shard may be cut).")] = None,
 ) -> None:
     """Fill the reasoning that SFT completions carry before the predicted observation."""
+    from pipelines.cli_inputs import existing_store
     from pipelines.release.distill import distill as run
 
-    r = run(store, curation, model=model, base_url=base_url, api_key_env=api_key_env, limit=limit, log=_log)
+    r = run(existing_store(store), curation, model=model, base_url=base_url, api_key_env=api_key_env, limit=limit, log=_log)
     typer.echo(f"{r.written} reasoning texts in {r.shards} shard files ({r.skipped_shards} shards already done)")
 
 
@@ -119,15 +122,18 @@ tokenizer_app = typer.Typer(no_args_is_help=True, help="Tokenizers for token cou
 def tokenizer_train(
     store: StoreOpt,
     out: Annotated[str, typer.Option(help="Where to write tokenizer.json (a file or a folder).")],
-    vocab_size: Annotated[int, typer.Option(help="Vocabulary size.")] = 4096,
+    vocab_size: Annotated[int, typer.Option(min=259, help="Vocabulary size (256 bytes, 3 specials, merges).")] = 4096,
     tree: Annotated[str, typer.Option(help="Which transitions: curated or raw.")] = "curated",
-    limit: Annotated[int, typer.Option(help="At most this many transitions.")] = 20_000,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many transitions.")] = 20_000,
 ) -> None:
     """Train a byte-level BPE tokenizer on a store's texts (no download needed)."""
     from itertools import islice
 
+    from pipelines.cli_inputs import existing_store
     from pipelines.release.tokens import train_tokenizer
     from pipelines.store import Store
+
+    store = existing_store(store)
 
     def texts():
         for t in islice(Store(store).iter_transitions(tree), limit):

@@ -48,14 +48,14 @@ def test_query_pushes_projection_and_filters_into_the_scan(store):
     ],
 )
 def test_writing_statements_are_refused(store, sql):
-    with pytest.raises(QueryError, match=r"refused|does not parse"):
+    with pytest.raises(QueryError, match=r"^query refused: |does not parse"):
         run_query(sql, str(store))
 
 
 def test_refused_statement_is_a_one_line_cli_error(store, tmp_path):
     proc = cli("query", f"COPY (SELECT * FROM transitions) TO '{tmp_path}/leak.csv'", "--store", str(store), check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: refused COPY statement: queries are read-only (SELECT and EXPLAIN only)"
+    assert proc.stderr.strip() == "error: query refused: COPY writes files; queries are read-only (SELECT, EXPLAIN, PIVOT)"
     assert not (tmp_path / "leak.csv").exists()
     bad = cli("query", "SELECT nope FROM transitions", "--store", str(store), check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nope" in bad.stderr
