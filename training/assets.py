@@ -11,7 +11,6 @@ runs here, before any training starts, and fails with one line naming what is wr
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,27 +39,40 @@ def need(module: str) -> Any:
 
 @dataclass(frozen=True)
 class Release:
+    """A release opened for training: the files of one stage and split, checked against
+    its manifest (``pipelines.release.manifest``) before anything reads them."""
+
     root: Path
     manifest_sha256: str
     tokenizer_sha256: str | None
+    checked: dict[tuple[str, str], list[str]]
 
     def files(self, stage: str, split: str) -> list[str]:
-        return sorted(str(p) for p in (self.root / "data" / stage).glob(f"{split}-*.parquet"))
+        if (stage, split) not in self.checked:
+            raise TrainingError(f"{self.root}: the {stage} {split} files were not opened with open_release")
+        return self.checked[(stage, split)]
+
+
+def release_stages(store: str, release: str, split: str) -> list[str]:
+    """The stages of release ``NAME/VERSION`` that have this split, from its manifest."""
+    from pipelines.release import manifest
+
+    rel = manifest.open_release(manifest.in_store(store, release))
+    return sorted({f.stage for f in rel.manifest.files if f.stage and f.split == split})
 
 
 def open_release(store: str, release: str, stage: str, split: str) -> Release:
-    from pipelines.release.inspect import load_manifest
+    """Release ``NAME/VERSION`` of a store, its ``stage``/``split`` files hashed against the
+    manifest (a changed, missing or extra file is a one-line ShardError naming it)."""
+    from pipelines.release import manifest
 
-    name, _, version = release.partition("/")
-    root = Path(store, "releases", name, version)
-    manifest = load_manifest(root)
-    rel = Release(root, hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest(), manifest.get("tokenizer_sha256"))
-    if not rel.files(stage, split):
-        have = sorted({p.parent.name for p in (root / "data").glob("*/*.parquet")})
-        has_stage = stage in have
-        what = f"no {split!r} split of stage {stage!r}" if has_stage else f"no {stage!r} stage"
-        raise TrainingError(f"{root}: release has {what} (stages: {', '.join(have) or 'none'})")
-    return rel
+    rel = manifest.open_release(manifest.in_store(store, release))
+    entries = rel.entries(stage, split)
+    if not entries:
+        have = rel.stages()
+        what = f"no {split!r} split of stage {stage!r}" if stage in have else f"no {stage!r} stage"
+        raise TrainingError(f"{rel.sfs.uri()}: release has {what} (stages: {', '.join(have) or 'none'})")
+    return Release(Path(rel.root), rel.manifest_sha256, rel.manifest.tokenizer_sha256, {(stage, split): rel.check(entries)})
 
 
 def load_split(rel: Release, stage: str, split: str, *, streaming: bool = False, max_samples: int | None = None,

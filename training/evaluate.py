@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.release.samples import unwrap, wrap
-from training.assets import load_split, need, open_release
+from training.assets import load_split, need, open_release, release_stages
 from training.config import EvalSpec, Judge, ModelSpec, TrainConfig
 from training.metrics import json_f1, mask, parse_completion, rouge_l, rule_score
 
@@ -40,8 +40,7 @@ class EvalReport:
 
 def _load_records(store: str, release: str, split: str) -> list[dict[str, Any]]:
     """The RL records (ground truth, format, volatile spans); the SFT ones when there are none."""
-    name, _, version = release.partition("/")
-    stage = "rl" if list(Path(store, "releases", name, version, "data", "rl").glob(f"{split}-*.parquet")) else "sft"
+    stage = "rl" if "rl" in release_stages(store, release, split) else "sft"
     rel = open_release(store, release, stage, split)
     base = ["id", "prompt", "domain", "trajectory_id", "step", "dropped_turns"]
     if stage == "rl":

@@ -41,18 +41,26 @@ def create(
     typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.summary())
 
 
-@app.command()
-def verify(release: Annotated[str, typer.Argument(help="A release folder: STORE/releases/NAME/VERSION.")]) -> None:
-    """Recompute every file's sha256; report changed, missing and extra files (exit 2)."""
-    from pipelines.release.inspect import load_manifest
-    from pipelines.release.inspect import verify as check
+PIN_HELP = "The manifest's sha256 you trust (training reports record it): refuse any other manifest."
 
-    problems = check(release)
-    for p in problems:
+
+@app.command()
+def verify(
+    release: Annotated[str, typer.Argument(help="A release folder: STORE/releases/NAME/VERSION.")],
+    manifest_sha256: Annotated[str | None, typer.Option(help=PIN_HELP)] = None,
+) -> None:
+    """Recompute every file's sha256; report changed, missing and extra files (exit 2)."""
+    from pipelines.release.manifest import load
+    from schemas.errors import StoreError
+
+    rel = load(release)
+    if manifest_sha256 is not None and manifest_sha256.lower() != rel.manifest_sha256:
+        raise StoreError(f"{release}/manifest.json: sha256 {rel.manifest_sha256} is not the expected {manifest_sha256}")
+    found = [str(p) for p in rel.problems()]
+    for p in found:
         typer.echo(p, err=True)
-    n = len(load_manifest(release)["files"])
-    typer.echo(f"{n} files checked, {len(problems)} problems")
-    if problems:
+    typer.echo(f"{len(rel.manifest.files)} files checked, {len(found)} problems (manifest sha256 {rel.manifest_sha256})")
+    if found:
         raise typer.Exit(2)
 
 
@@ -71,12 +79,20 @@ def diff(
 
 @app.command("list")
 def list_(store: StoreOpt) -> None:
-    """The releases of a store."""
+    """The releases of a store; a release whose manifest is refused is named on stderr (exit 2)."""
     from pipelines.release.inspect import list_releases
 
-    for r in list_releases(store):
+    skipped: list[str] = []
+    releases = list_releases(store, on_skip=skipped.append)
+    for r in releases:
         typer.echo(f"{r['name']} {r['version']}: {r['samples']:,} samples, {r['tokens']:,} tokens in {r['files']} files "
                    f"(curations {r['curations']}, config {r['config_hash']})")  # fmt: skip
+    for line in skipped:
+        typer.echo(f"error: {line}", err=True)
+    if not releases and not skipped:
+        typer.echo(f"{store}: no releases")
+    if skipped:
+        raise typer.Exit(2)
 
 
 @app.command()
@@ -85,14 +101,15 @@ def export(
     out: Annotated[str, typer.Option(help="Output folder.")],
     format: Annotated[str, typer.Option("--format", help="agentworldbench")] = "agentworldbench",
 ) -> None:
-    """Write the test split in another tool's format (AgentWorldBench JSONL, one file per domain)."""
+    """Check the files it reads, then write the test split in another tool's format
+    (AgentWorldBench JSONL, one file per domain), printing where each file went."""
     from pipelines.release.inspect import export_agentworldbench
     from schemas.errors import ConfigError
 
     if format != "agentworldbench":
         raise ConfigError(f"--format: unknown format {format!r} (expected agentworldbench)")
-    counts = export_agentworldbench(release, out)
-    typer.echo(", ".join(f"{d}: {n}" for d, n in sorted(counts.items())) + f" -> {out}")
+    for path, n in sorted(export_agentworldbench(release, out).items()):
+        typer.echo(f"{path}: {n:,} samples")
 
 
 distill_app = typer.Typer(no_args_is_help=True)

@@ -1,71 +1,69 @@
 """Reading releases back: ``verify`` (every hash), ``diff`` (samples added and removed),
-``list``, and ``export`` to AgentWorldBench-style JSONL."""
+``list``, and ``export`` to AgentWorldBench-style JSONL.
+
+Each opens its releases through ``pipelines.release.manifest`` and hashes the files it
+reads before reading them, so a changed, missing or extra file is refused with one line.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipelines.release.manifest import NAME, FileEntry, Release, load, open_release, store_releases
 from pipelines.release.samples import unwrap
-from pipelines.store.fs import StoreFS
-from pipelines.store.shards import file_sha256
-from schemas.errors import StoreError
+from schemas.errors import ShardError, StoreError, one_line
 
 
-def load_manifest(root: str | Path) -> dict[str, Any]:
-    """A release's manifest (a release folder: a local path or an object-store URI)."""
-    sfs = StoreFS.open(root)
-    path = sfs.join("manifest.json")
-    if sfs.info(path).type.name != "File":
-        raise StoreError(f"{root}: not a release (no manifest.json)")
+def load_manifest(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """A release's manifest as written, once checked (a local path or an object-store URI)."""
+    return open_release(root).manifest.model_dump(exclude_none=True)
+
+
+def verify(root: str | os.PathLike[str]) -> list[str]:
+    """One line per problem: a file changed, missing, or not in the manifest (StoreError
+    when there is no release there or its manifest is refused)."""
+    return [str(p) for p in load(root).problems()]
+
+
+def read_table(rel: Release, entry: FileEntry, columns: list[str] | None = None) -> pa.Table:
+    """A data file the caller has checked (``rel.check``); damage that a matching hash
+    cannot rule out (a hostile manifest written with it) is a one-line ShardError too."""
+    from pipelines.release.build import SCHEMAS
+
+    path, want = rel.sfs.join(entry.path), SCHEMAS[entry.stage or ""]
     try:
-        return json.loads(sfs.read_bytes(path))
-    except json.JSONDecodeError as exc:
-        raise StoreError(f"{sfs.uri(path)}: unreadable manifest ({exc.msg} at line {exc.lineno})") from None
+        schema = pq.read_schema(path, filesystem=rel.sfs.fs)
+        if not schema.equals(want):
+            raise ShardError(rel.uri(entry), f"not a {entry.stage} file of this trajforge (its columns differ)")
+        return pq.read_table(path, columns=columns, filesystem=rel.sfs.fs)
+    except (OSError, pa.ArrowException) as exc:
+        raise ShardError(rel.uri(entry), f"unreadable Parquet ({one_line(str(exc), 160)})") from None
 
 
-def verify(root: str | Path) -> list[str]:
-    """One line per problem: a file changed, missing, or not in the manifest."""
-    manifest = load_manifest(root)
-    sfs = StoreFS.open(root)
-    listed = {f["path"]: f for f in manifest["files"]}
-    problems = []
-    for rel, f in sorted(listed.items()):
-        path = sfs.join(rel)
-        info = sfs.info(path)
-        if info.type.name != "File":
-            problems.append(f"{sfs.uri(path)}: missing")
-        elif info.size != f["bytes"] or file_sha256(sfs, path) != f["sha256"]:
-            problems.append(f"{sfs.uri(path)}: changed (sha256 differs from the manifest)")
-    for path in sfs.files(sfs.root):
-        rel = sfs.rel(path)
-        if rel != "manifest.json" and rel not in listed:
-            problems.append(f"{sfs.uri(path)}: extra file, not in the manifest")
-    return problems
-
-
-def _ids(root: str | Path) -> dict[tuple[str, str, str], set[str]]:
+def _ids(rel: Release) -> dict[tuple[str, str, str], set[str]]:
     out: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-    sfs = StoreFS.open(root)
-    for path in sfs.files(sfs.join("data")):
-        stage, name = path.split("/")[-2:]
-        if not name.endswith(".parquet"):
-            continue
-        table = pq.read_table(path, columns=["id", "domain"], filesystem=sfs.fs)
-        split = name.split("-")[0]
+    data = [e for e in rel.manifest.files if e.stage]
+    rel.check(data)
+    for entry in data:
+        table = read_table(rel, entry, ["id", "domain"])
         for sid, domain in zip(table.column("id").to_pylist(), table.column("domain").to_pylist(), strict=True):
-            out[(stage, split, domain)].add(sid)
+            out[(entry.stage, entry.split, domain)].add(sid)
     return out
 
 
-def diff(a: str | Path, b: str | Path) -> list[dict[str, Any]]:
+def diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Per (stage, split, domain): samples only in B (added), only in A (removed), in both."""
-    load_manifest(a), load_manifest(b)
-    left, right = _ids(a), _ids(b)
+    ra, rb = open_release(a), open_release(b)
+    left, right = _ids(ra), _ids(rb)
     rows = []
     for key in sorted(set(left) | set(right)):
         x, y = left.get(key, set()), right.get(key, set())
@@ -75,47 +73,75 @@ def diff(a: str | Path, b: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def list_releases(store_root: str | Path) -> list[dict[str, Any]]:
-    from pipelines.query import release_manifests
-    from pipelines.store import Store
+def _warn(message: str) -> None:
+    print(f"warning: skipped {message}", file=sys.stderr, flush=True)
 
+
+def list_releases(store_root: str | os.PathLike[str], on_skip: Callable[[str], None] = _warn) -> list[dict[str, Any]]:
+    """The releases of a store from their manifests (checked, and each folder's listing;
+    no data file is read). A release refused is reported to ``on_skip`` and left out;
+    StoreError when the store does not exist."""
     out = []
-    for _, m in release_manifests(Store(store_root, must_exist=False)):
-        data = [f for f in m["files"] if "rows" in f]
-        out.append({"name": m["name"], "version": m["version"], "files": len(data), "samples": sum(f["rows"] for f in data),
-                    "tokens": sum(f["tokens"] for f in data), "curations": ",".join(m["curations"]),
-                    "config_hash": m["config_hash"]})  # fmt: skip
+    for _, rel in store_releases(store_root):
+        if not isinstance(rel, Release):
+            on_skip(str(rel))
+            continue
+        m = rel.manifest
+        data = [f for f in m.files if f.stage]
+        out.append({"name": m.name, "version": m.version, "files": len(data), "samples": sum(f.rows or 0 for f in data),
+                    "tokens": sum(f.tokens or 0 for f in data), "curations": ",".join(m.curations),
+                    "config_hash": m.config_hash})  # fmt: skip
     return out
 
 
-def export_agentworldbench(root: str | Path, out: str | Path) -> dict[str, int]:
+def _item(row: dict[str, Any]) -> dict[str, Any] | None:
+    """An AgentWorldBench item of an SFT sample; None for one without its messages."""
+    try:
+        return _awb(row)
+    except (TypeError, KeyError, AttributeError):
+        return None
+
+
+def _awb(row: dict[str, Any]) -> dict[str, Any] | None:
+    messages = row["prompt"] or []
+    system = next((m["content"] for m in messages if m["role"] == "system"), None)
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if system is None or not users or not row["completion"]:
+        return None
+    answers = [unwrap(m["content"]) for m in messages if m["role"] == "assistant"]
+    gold = unwrap(row["completion"][0]["content"])
+    return {"task": row["domain"], "id": row["id"], "prompt": users[:-1], "response": [*answers, gold],
+            "current_prompt": users[-1], "system_str": system, "turn_idx": row["step"],
+            "total_turns": row["total_turns"]}  # fmt: skip
+
+
+def export_agentworldbench(root: str | os.PathLike[str], out: str | Path) -> dict[Path, int]:
     """The SFT test split as AgentWorldBench-style JSONL, one file per domain:
     ``task, id, prompt[], response[], current_prompt, system_str, turn_idx, total_turns``.
     ``prompt`` holds the agent's earlier turns and ``response`` the environment's answers
-    to them, then the gold answer to ``current_prompt`` as its last element."""
-    root, out = Path(root), Path(out)
-    load_manifest(root)
-    files = sorted(root.glob("data/sft/test-*.parquet"))
-    if not files:
-        raise StoreError(f"{root}: no SFT test split to export")
+    to them, then the gold answer to ``current_prompt`` as its last element. The files
+    read are checked first; returns each file written and its number of samples."""
+    rel = open_release(root)
+    entries = rel.entries("sft", "test")
+    if not entries:
+        raise StoreError(f"{rel.sfs.uri()}: no SFT test split to export")
+    rel.check(entries)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    counts: dict[str, int] = defaultdict(int)
+    counts: dict[Path, int] = defaultdict(int)
     handles = {}
     try:
-        for path in files:
-            for row in pq.read_table(path).to_pylist():
-                messages = row["prompt"]
-                system = next(m["content"] for m in messages if m["role"] == "system")
-                users = [m["content"] for m in messages if m["role"] == "user"]
-                answers = [unwrap(m["content"]) for m in messages if m["role"] == "assistant"]
-                gold = unwrap(row["completion"][0]["content"])
-                item = {"task": row["domain"], "id": row["id"], "prompt": users[:-1], "response": [*answers, gold],
-                        "current_prompt": users[-1], "system_str": system, "turn_idx": row["step"],
-                        "total_turns": row["total_turns"]}  # fmt: skip
-                if row["domain"] not in handles:
-                    handles[row["domain"]] = open(out / f"{row['domain']}.jsonl", "w")  # noqa: SIM115
-                handles[row["domain"]].write(json.dumps(item, ensure_ascii=False) + "\n")
-                counts[row["domain"]] += 1
+        for entry in entries:
+            for row in read_table(rel, entry).to_pylist():
+                item = _item(row)
+                if item is None or not NAME.match(row["domain"] or ""):  # the domain names a file: no path in it
+                    sample = one_line(repr(row["id"]), 80)
+                    raise ShardError(rel.uri(entry), f"sample {sample}: not an SFT sample (domain, messages)")
+                dest = out / f"{row['domain']}.jsonl"
+                if dest not in handles:
+                    handles[dest] = open(dest, "w")  # noqa: SIM115
+                handles[dest].write(json.dumps(item, ensure_ascii=False) + "\n")
+                counts[dest] += 1
     finally:
         for h in handles.values():
             h.close()

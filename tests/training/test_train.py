@@ -193,7 +193,11 @@ def test_nan_loss_stops_with_the_step_and_last_good_checkpoint(release, tmp_path
 def test_bad_input_fails_before_training(release, tmp_path):
     copy = tmp_path / "s"
     shutil.copytree(Path(release, "releases"), copy / "releases")
-    shutil.rmtree(copy / "releases" / "wm" / "1" / "data" / "rl")
+    shutil.rmtree(copy / "releases" / "wm" / "1" / "data" / "rl")  # and from the manifest: a release without RL
+    manifest = copy / "releases" / "wm" / "1" / "manifest.json"
+    body = json.loads(manifest.read_text())
+    body["files"] = [f for f in body["files"] if f.get("stage") != "rl"]
+    manifest.write_text(json.dumps(body))
     cases = [
         (config(tmp_path / "a.yaml", "rl"), ["--store", str(copy)], "release has no 'rl' stage (stages: cpt, sft)"),
         (config(tmp_path / "b.yaml", "cpt", model={"init": None, "path": str(tmp_path)}), ["--store", release],
