@@ -22,8 +22,10 @@ def synth(
 ) -> None:
     """Write realistic synthetic transitions for all seven domains into a new run."""
     from collectors.synth import synth_store
+    from pipelines.cli_inputs import store_target
     from pipelines.progress import progress
 
+    store = store_target(store, "STORE")
     with progress("synth", transitions) as update:
         summary = synth_store(store, transitions=transitions, seed=seed, duplicates=duplicates, run_id=run_id, progress=update)
     typer.echo(
@@ -38,12 +40,12 @@ def collect(
     ctx: typer.Context,
     job_file: Annotated[str, typer.Argument(help="The job YAML (see examples/jobs/).")],
     store: Annotated[str, typer.Option("--store", "-s", help="Store path or URI.")],
-    shard: Annotated[int, typer.Option(help="Run only this shard of the job's episodes (0-based).")] = 0,
-    num_shards: Annotated[int, typer.Option(help="Split the job's episodes into this many shards.")] = 1,
+    shard: Annotated[int, typer.Option(min=0, help="Run only this shard of the job's episodes (0-based).")] = 0,
+    num_shards: Annotated[int, typer.Option(min=1, help="Split the job's episodes into this many shards.")] = 1,
     runner: Annotated[
         str | None, typer.Option(help="Run the episodes as a Beam pipeline on this runner (DirectRunner, DataflowRunner, ...).")
     ] = None,
-    unit_size: Annotated[int, typer.Option(help="Beam mode: episodes per unit (committed whole).")] = 4,
+    unit_size: Annotated[int, typer.Option(min=1, help="Beam mode: episodes per unit (committed whole).")] = 4,
 ) -> None:
     """Run a collection job: episodes in sandboxes, recorded into the store. Resumable.
 
@@ -55,10 +57,12 @@ def collect(
 
     from collectors.jobs import load_job
     from collectors.runner import plan, run_job
+    from pipelines.cli_inputs import store_target
     from schemas.errors import ConfigError
 
     if ctx.args and runner is None:
         raise ConfigError(f"unexpected arguments {' '.join(ctx.args)} (Beam options need --runner)")
+    store = store_target(store)
     job, tasks = load_job(job_file)
     if runner is not None:
         if num_shards != 1:

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
+from pydantic import Field
 
 from collectors.actions import ActionError, ActionSpace, ActionSpec
+from schemas.config import StrictConfig, read_config_text, read_yaml, validation_message
 from schemas.errors import ConfigError, TrajforgeError
 from schemas.transition import DOMAINS, Action, Observation, canonical_json
 
@@ -113,6 +114,24 @@ def get_task(task_id: str) -> Task:
 _TASK_FIELDS = {f.name for f in fields(Task)}
 
 
+class _TaskBody(StrictConfig):
+    """The types a task file's fields must have (``check`` is domain-specific: a shell
+    command, or a mapping for Android and the web)."""
+
+    id: str = Field(min_length=1)
+    domain: str
+    instruction: str
+    env_id: str = "default"
+    seed: int = 0
+    files: dict[str, str] = Field(default_factory=dict)
+    setup: list[str] = Field(default_factory=list)
+    check: Any = None
+    teardown: list[str] = Field(default_factory=list)
+    actions: list[dict[str, Any]] = Field(default_factory=list)
+    max_steps: int | None = Field(None, ge=1)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
 def task_from_dict(body: dict[str, Any], where: str) -> Task:
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: a task must be a mapping, got {type(body).__name__}")
@@ -122,26 +141,33 @@ def task_from_dict(body: dict[str, Any], where: str) -> Task:
     missing = [k for k in ("id", "domain", "instruction") if k not in body]
     if missing:
         raise ConfigError(f"{where}: task is missing {missing[0]!r}")
+    from pydantic import ValidationError
+
     try:
-        return Task(**body)
-    except TypeError as exc:
+        checked = _TaskBody.model_validate(body)  # field types checked here, not mid-episode
+        return Task(**{k: getattr(checked, k) for k in body})
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {validation_message(exc, show_input=True)}") from None
+    except ConfigError as exc:  # Task's own checks (id, domain)
         raise ConfigError(f"{where}: {exc}") from None
+
+
+SUITE_MAX_BYTES = 256 << 20  # generated suites may hold thousands of long tasks
 
 
 def load_suite(path: str | Path) -> list[Task]:
     """Tasks from a YAML file (a list, or ``{tasks: [...]}``) or a JSONL file; registered."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: task suite file not found")
-    text = path.read_text()
-    try:
-        if path.suffix == ".jsonl":
-            items = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            data = yaml.safe_load(text)
-            items = data.get("tasks") if isinstance(data, dict) else data
-    except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid {'JSONL' if path.suffix == '.jsonl' else 'YAML'}: {exc}") from None
+    if path.suffix == ".jsonl":
+        items = []
+        for n, line in enumerate(read_config_text(path, "task suite", SUITE_MAX_BYTES).splitlines(), 1):
+            try:
+                items += [json.loads(line)] if line.strip() else []
+            except (ValueError, RecursionError) as exc:
+                raise ConfigError(f"{path}: line {n}: not valid JSON: {str(exc).split(':')[0]}") from None
+    else:
+        data = read_yaml(path, "task suite", SUITE_MAX_BYTES)
+        items = data.get("tasks") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ConfigError(f"{path}: expected a list of tasks")
     base = path.parent

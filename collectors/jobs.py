@@ -147,7 +147,7 @@ class JobConfig(BaseModel):
     job_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     seed: int = 0
     tasks: list[str] = Field(min_length=1)
-    domains: list[str] | None = None
+    domains: list[str] | None = Field(None, min_length=1)  # None: every domain of the tasks
     policy: PolicySection = PolicySection()
     episodes_per_task: int = Field(1, ge=1)
     max_steps: int = Field(20, ge=1)

@@ -1,6 +1,7 @@
 """Checks of command-line inputs that several commands share, run before any work starts.
 
     store = existing_store(store)   # --store of a command that reads: it must be there
+    store = store_target(store)     # --store of a command that writes: made if missing
 
 A read command given a store that does not exist would otherwise answer "nothing" (exit
 0) or fail later with a library's error; here it is one ``ConfigError`` line naming the
@@ -32,6 +33,16 @@ def existing_store(uri: str, option: str = "--store") -> str:
     return uri
 
 
+def store_target(uri: str, option: str = "--store") -> str:
+    """``uri`` if a store can be written there: not empty (which would write into the
+    current folder), and not an existing file."""
+    if not uri or not uri.strip():
+        raise ConfigError(f"{option}: empty store path")
+    if "://" not in uri and os.path.exists(uri) and not os.path.isdir(uri):
+        raise ConfigError(f"{option} {uri}: not a store (a file, not a folder)")
+    return uri
+
+
 def existing_path(path: str, what: str) -> str:
     """``path`` if it exists (a store, a run folder or a file, as the command allows)."""
     if not path or not os.path.exists(path):
@@ -50,3 +61,17 @@ def _existing_remote(uri: str, option: str) -> str:
     if not found:
         raise ConfigError(f"{option} {uri}: no such store")
     return uri
+
+
+def checked_beam_args(args: list[str]) -> list[str]:
+    """``args`` (the Beam options a command passes through) once Beam accepts them: an
+    unknown runner or option is a one-line error here, not a traceback after the work
+    has started."""
+    if not args:
+        return args
+    from collectors.beam_collect import check_beam_options  # the check Beam collection uses
+    from pipelines.curate.run import beam_args_for
+
+    full = args if any(a.startswith("--runner") for a in args) else beam_args_for("DirectRunner", args, 1)
+    check_beam_options(full)
+    return args

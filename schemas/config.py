@@ -40,7 +40,20 @@ class StrictConfig(BaseModel):
 
 class _Loader(yaml.SafeLoader):
     """Safe YAML that refuses a key given twice in one mapping (YAML says keys are unique;
-    PyYAML silently keeps the last)."""
+    PyYAML silently keeps the last) and nesting deeper than ``MAX_CONFIG_DEPTH`` (PyYAML
+    composes recursively: a file of brackets would otherwise exhaust the stack, slowly)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_CONFIG_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"line {mark.line + 1}: nested deeper than {MAX_CONFIG_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -59,9 +72,9 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def read_config_text(path: str | Path, what: str) -> str:
+def read_config_text(path: str | Path, what: str, max_bytes: int = MAX_CONFIG_BYTES) -> str:
     """The text of a config file, or a one-line error: missing, a folder, not a regular
-    file, unreadable, too large or not UTF-8."""
+    file, unreadable, larger than ``max_bytes`` or not UTF-8."""
     path = Path(path)
     try:
         st = path.stat()
@@ -73,15 +86,15 @@ def read_config_text(path: str | Path, what: str) -> str:
         raise ConfigError(f"{path}: is a folder, not a {what} file")
     if not stat.S_ISREG(st.st_mode):
         raise ConfigError(f"{path}: not a regular file (a {what} must be a YAML file)")
-    if st.st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: {st.st_size} bytes is too large for a {what} (at most {MAX_CONFIG_BYTES})")
+    if st.st_size > max_bytes:
+        raise ConfigError(f"{path}: {st.st_size} bytes is too large for a {what} (at most {max_bytes})")
     try:
         with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
+            raw = f.read(max_bytes + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: too large for a {what} (at most {MAX_CONFIG_BYTES} bytes)")
+    if len(raw) > max_bytes:
+        raise ConfigError(f"{path}: too large for a {what} (at most {max_bytes} bytes)")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -107,17 +120,17 @@ def parse_yaml(text: str, path: str | Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
 
 
-def check_values(data: Any, path: str | Path) -> None:
-    """Refuse what YAML allows and no config needs: aliases that expand past
-    ``MAX_CONFIG_NODES`` values or into themselves, deep nesting, NaN, infinities and
-    integers beyond 64 bits. Walks the data as a model would (aliases expanded)."""
+def check_values(data: Any, path: str | Path, max_nodes: int = MAX_CONFIG_NODES) -> None:
+    """Refuse what YAML allows and no config needs: aliases that expand past ``max_nodes``
+    values or into themselves, deep nesting, NaN, infinities and integers beyond 64 bits.
+    Walks the data as a model would (aliases expanded)."""
     count = 0
     stack: list[tuple[Any, str, int, tuple[int, ...]]] = [(data, "", 0, ())]
     while stack:
         value, key, depth, parents = stack.pop()
         count += 1
-        if count > MAX_CONFIG_NODES:
-            raise ConfigError(f"{path}: more than {MAX_CONFIG_NODES} values once aliases are expanded")
+        if count > max_nodes:
+            raise ConfigError(f"{path}: more than {max_nodes} values once aliases are expanded")
         if depth > MAX_CONFIG_DEPTH:
             raise ConfigError(f"{path}: {key or '(top)'}: nested deeper than {MAX_CONFIG_DEPTH} levels")
         if isinstance(value, float) and not math.isfinite(value):
@@ -133,15 +146,21 @@ def check_values(data: Any, path: str | Path) -> None:
                 stack.append((v, f"{key}.{k}" if key else str(k), depth + 1, inner))
 
 
+def read_yaml(path: str | Path, what: str, max_bytes: int = MAX_CONFIG_BYTES) -> Any:
+    """A YAML file's data, read, parsed and checked as above (any top-level type)."""
+    text = read_config_text(path, what, max_bytes)
+    data = parse_yaml(text, path)
+    check_values(data, path, MAX_CONFIG_NODES + len(text))  # no bigger than its text, beyond a margin
+    return data
+
+
 def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
     """The checked top-level mapping of a YAML config file; an empty one is an error."""
-    text = read_config_text(path, what)
-    data = parse_yaml(text, path)
+    data = read_yaml(path, what)
     if data is None or data == {}:
         raise ConfigError(f"{path}: the {what} is empty (no keys)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a {what} must be a mapping of keys, got a {type(data).__name__}")
-    check_values(data, path)
     return data
 
 

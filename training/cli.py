@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -22,6 +23,7 @@ def _train(stage: str, config: str, store: str | None, release: str | None, outp
            as_json: bool) -> None:  # fmt: skip
     from dataclasses import asdict
 
+    from pipelines.cli_inputs import existing_store
     from pipelines.progress import progress
     from training.config import load_train_config
     from training.train import run
@@ -29,6 +31,8 @@ def _train(stage: str, config: str, store: str | None, release: str | None, outp
     cfg = load_train_config(config, stage)
     checkpoint = None if model is None else {**cfg.model.model_dump(), "path": model, "init": None}
     cfg = cfg.override(store=store, release=release, output=output, model=checkpoint)
+    if cfg.store is not None:
+        existing_store(cfg.store, "--store" if store is not None else f"{config}: store")
     total = cfg.train.max_steps if cfg.train.max_steps > 0 else None
     with progress(f"train {stage}", total) as update:
         report = run(cfg, progress_update=update)
@@ -73,11 +77,11 @@ def eval_(
     model: Annotated[str, typer.Option(help="A trained model folder (Hugging Face layout).")],
     store: Annotated[str, typer.Option("--store", "-s", help="Store path.")],
     release: Annotated[str, typer.Option(help="NAME/VERSION.")],
-    split: Annotated[str, typer.Option(help="Release split.")] = "test",
-    max_samples: Annotated[int, typer.Option(help="Teacher-forced samples per domain.")] = 200,
-    max_new_tokens: Annotated[int, typer.Option(help="Tokens generated per prediction.")] = 512,
-    rollout_steps: Annotated[int, typer.Option(help="Open-loop depth K.")] = 3,
-    rollouts: Annotated[int, typer.Option(help="Open-loop rollouts per domain (0: none).")] = 20,
+    split: Annotated[Literal["train", "validation", "test"], typer.Option(help="Release split.")] = "test",
+    max_samples: Annotated[int, typer.Option(min=1, help="Teacher-forced samples per domain.")] = 200,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per prediction.")] = 512,
+    rollout_steps: Annotated[int, typer.Option(min=1, help="Open-loop depth K.")] = 3,
+    rollouts: Annotated[int, typer.Option(min=0, help="Open-loop rollouts per domain (0: none).")] = 20,
     judge_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL of a judge (optional).")] = None,
     judge_model: Annotated[str | None, typer.Option(help="The judge's model name.")] = None,
     out: Annotated[str | None, typer.Option(help="Write the results as JSON here.")] = None,
@@ -86,10 +90,14 @@ def eval_(
     """World-model fidelity per domain: format, masked exact match, chrF, ROUGE-L, JSON F1, open-loop drift."""
     from dataclasses import asdict
 
+    from pipelines.cli_inputs import existing_store
     from schemas.errors import ConfigError
-    from training.config import EvalSpec, Judge
+    from training.config import RELEASE, EvalSpec, Judge
     from training.evaluate import evaluate, table, write
 
+    store = existing_store(store)
+    if not re.match(RELEASE, release):
+        raise ConfigError(f"--release {release}: expected NAME/VERSION (letters, digits, '.', '_', '-')")
     if (judge_url is None) != (judge_model is None):
         raise ConfigError("--judge-url and --judge-model go together")
     spec = EvalSpec(max_samples=max_samples, max_new_tokens=max_new_tokens, rollout_steps=rollout_steps, rollouts=rollouts)

@@ -24,6 +24,7 @@ from schemas.config import StrictConfig as Strict
 from schemas.config import load_yaml_model
 
 Stage = Literal["cpt", "sft", "rl"]
+RELEASE = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"  # NAME/VERSION: two folder names, no ..
 Scheduler = Literal[  # transformers' SchedulerType: a typo fails here, not after the model has loaded
     "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt",
     "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay",
@@ -116,7 +117,7 @@ class TrainConfig(Strict):
     stage: Stage
     model: ModelSpec
     tokenizer: str | None = None  # default: the model's; with model.init: STORE/tokenizer.json
-    release: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+    release: str | None = Field(None, pattern=RELEASE)
     store: str | None = None
     output: str | None = None
     split: Literal["train", "validation", "test"] = "train"
