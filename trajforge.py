@@ -1,7 +1,8 @@
 """trajforge: the one command-line front door.
 
 Each package mounts its own Typer sub-app (``collectors/cli.py``, ``pipelines/cli.py``, ...);
-this module only joins them and turns trajforge's typed errors into one-line messages.
+this module only joins them and turns trajforge's typed errors, bad option values and
+OS errors into one ``error:`` line (control characters escaped) and exit 2.
 """
 
 from __future__ import annotations
