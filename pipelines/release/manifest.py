@@ -258,12 +258,12 @@ def in_store(store: str | os.PathLike[str], release: str) -> str:
     return sfs.uri(sfs.join("releases", name, version))
 
 
-def store_releases(store: str | os.PathLike[str]) -> Iterator[tuple[str, Release | TrajforgeError]]:
+def store_releases(store: Store | str | os.PathLike[str]) -> Iterator[tuple[str, Release | TrajforgeError]]:
     """(folder, opened release or the one-line error that refused it) of every release of a
     store, for readers that go over them all (``release list``, the query views): a release
     exists once its ``manifest.json`` does (written last, also on object stores). StoreError
     if the store itself does not exist. Hash the files read with ``Release.check``."""
-    sfs = Store(store).sfs
+    sfs = (store if isinstance(store, Store) else Store(store)).sfs  # StoreError if there is no such store
     for name in sfs.listdir(sfs.join("releases")):
         for version in sfs.listdir(name.path) if name.type.name == "Directory" else ():
             if version.type.name != "Directory" or version.base_name.startswith("."):
