@@ -133,6 +133,9 @@ def run_episode_once(spec: EpisodeSpec) -> tuple[list[Transition], float]:
         if terminated or truncated:
             break
     transitions = env.transitions
+    check_alive = getattr(base, "check_alive", None)
+    if check_alive is not None:  # a shell or sandbox that died is an infrastructure failure, never scored
+        check_alive()
     if transitions and task.check and transitions[-1].reward is None:
         reward, _ = task.validate(base)
         transitions[-1] = replace(transitions[-1], reward=reward)

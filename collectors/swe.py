@@ -6,7 +6,7 @@ the tool's output; ``extra`` has the open file, working dir, ``git diff --stat``
 tests ran, their outcome. A task names its repo (a local folder or ``.tar``/``.tar.gz``;
 a git URL when the sandbox has network), base commit, setup and test commands and an
 optional gold patch; ``submit`` runs the tests and ends the episode with reward 1.0 when
-they pass.
+they pass. Every step, tests included, is bounded by the job's step timeout.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class SWEEnv(SandboxEnv):
 
     def _run_tests(self) -> str:
         cmd = (self.task.extra.get("test_command") if self.task else None) or "python3 -m pytest -q"
-        r = self.sandbox.exec(cmd, cwd=REPO, timeout=600)
+        r = self.sandbox.exec(cmd, cwd=REPO, timeout=self.step_timeout(600))
         self.tests = parse_test_outcome(r.stdout + r.stderr, r.exit_code)
         return (r.stdout + r.stderr) or f"(exit {r.exit_code})"
 
@@ -200,10 +200,11 @@ class SWEEnv(SandboxEnv):
         elif isinstance(action, StrReplace | Insert | Create):
             text = self._edit(action)
         elif isinstance(action, RunCommand):
-            r = sb.exec(action.command, cwd=REPO, timeout=action.timeout)
+            timeout = self.step_timeout(action.timeout)
+            r = sb.exec(action.command, cwd=REPO, timeout=timeout)
             text = (r.stdout + r.stderr) + ("" if r.exit_code == 0 else f"\n(exit {r.exit_code})")
             if r.timed_out:
-                text += f"\n(timed out after {action.timeout:g} s)"
+                text += f"\n(timed out after {timeout:g} s)"
         elif isinstance(action, RunTests):
             text = self._run_tests()
         else:  # Submit

@@ -1,12 +1,15 @@
 """The terminal domain: a persistent bash in a sandbox, as a terminal agent sees it.
 
-Observation text: what the command printed (ANSI codes removed, capped with truncation
-flagged), then a status line ``[exit N] CWD$``. ``extra`` holds cwd, exit code, the files
-of /work that the step added, modified or deleted, and whether the command was still
-running at its timeout. Actions: ``run`` a command, ``send_keys`` to a running program
-(REPL, pager, editor), ``interrupt`` it, ``write_file``. Resets restore a snapshot of the
-clean sandbox taken at the first reset, so episodes never see each other's files or
-processes.
+Observation text: what the terminal printed during the step (ANSI codes removed; over the
+cap, its head and tail with the cut flagged), then a status line that tells the shell's
+true state: ``[exit N] CWD$`` when it is back at its prompt, ``[still running]`` while a
+command or program runs, ``[at the prompt] CWD$`` when the prompt is back but the status
+is unknown. ``extra`` holds cwd, exit code, whether something still runs, and the files
+of /work that the step added, modified or deleted. Actions: ``run`` a command (its timeout
+capped by the job's step timeout), ``send_keys`` to a running program (REPL, pager,
+editor), ``interrupt`` it, ``write_file``. Resets restore a snapshot of the clean sandbox
+taken at the first reset, so episodes never see each other's files or processes. A shell
+or sandbox that dies raises ``SandboxError``: the episode is an infrastructure failure.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any
 from collectors.actions import ActionError, ActionSpace, ActionSpec
 from collectors.env import Environment, SandboxBacked, Task
 from collectors.volatile import detect_spans
-from sandboxes import SandboxConfig, ShellSession, make_sandbox
-from sandboxes.base import WORKDIR
+from sandboxes import SandboxConfig, ShellResult, ShellSession, make_sandbox
+from sandboxes.base import WORKDIR, SandboxDied
 from schemas.transition import Observation
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\r(?!\n)")
@@ -29,7 +32,7 @@ OUTPUT_CAP = 16_000
 
 @dataclasses.dataclass(frozen=True)
 class RunCommand(ActionSpec):
-    """Type a shell command and wait for it (up to timeout seconds); cwd and variables persist."""
+    """Type a shell command and wait for it (up to timeout seconds, at most the job's step timeout); cwd and variables persist."""
 
     kind = "run"
     command: str
@@ -69,8 +72,11 @@ class WriteFile(ActionSpec):
 
 
 def clean(text: str, cap: int = OUTPUT_CAP) -> tuple[str, bool]:
+    """ANSI codes removed; over ``cap`` characters, the head and the tail (where errors are)."""
     text = ANSI.sub("", text.replace("\r\n", "\n"))
-    return (text, False) if len(text) <= cap else (text[:cap] + "\n[... output truncated ...]\n", True)
+    if len(text) <= cap:
+        return text, False
+    return text[: cap // 2] + "\n[... output truncated ...]\n" + text[-(cap - cap // 2) :], True
 
 
 class SandboxEnv(Environment, SandboxBacked):
@@ -100,12 +106,20 @@ class SandboxEnv(Environment, SandboxBacked):
         self._files = self._listing()
         return (time.perf_counter() - t0) * 1000
 
+    def step_timeout(self, timeout: float) -> float:
+        """An action's own timeout, capped by the job's step timeout (the sandbox's exec limit)."""
+        return min(timeout, self.sandbox_config.exec_timeout_s)
+
     def _listing(self) -> dict[str, tuple[int, int]]:
-        _code, out = self.sandbox.exec_bytes(f"find {WORKDIR} -type f -printf '%s %T@ %P\\n' 2>/dev/null | head -n 5000")
+        """/work's files (at most 5000): NUL-separated fields, so any byte in a name is only data."""
+        _code, out = self.sandbox.exec_bytes(f"find {WORKDIR} -type f -printf '%s\\0%T@\\0%P\\0' 2>/dev/null | head -z -n 15000")
+        fields = out.split(b"\0")
         files = {}
-        for line in out.decode(errors="replace").splitlines():
-            size, mtime, path = line.split(" ", 2)
-            files[path] = (int(size), int(float(mtime) * 1e6))
+        for size, mtime, path in zip(fields[0::3], fields[1::3], fields[2::3], strict=False):
+            try:
+                files[path.decode(errors="backslashreplace")] = (int(size), int(float(mtime) * 1e6))
+            except ValueError:  # a field cut short by the limit
+                continue
         return files
 
     def _changes(self) -> dict[str, list[str]]:
@@ -117,6 +131,13 @@ class SandboxEnv(Environment, SandboxBacked):
             "deleted": sorted(set(before) - set(after)),
         }
 
+    def check_alive(self) -> None:
+        """Raise ``SandboxError`` when the sandbox or its shell is gone (the runner asks before scoring)."""
+        if not self.sandbox.alive():
+            raise SandboxDied(f"{self.sandbox.backend} sandbox is gone")
+        if self.shell is not None:
+            self.shell.check_alive()
+
     def _close(self) -> None:
         self.sandbox.close()
 
@@ -125,16 +146,25 @@ class TerminalEnv(SandboxEnv):
     domain = "terminal"
     action_space = ActionSpace("terminal", [RunCommand, SendKeys, Interrupt, WriteFile])
 
-    def _render(self, output: str, exit_code: int | None, cwd: str | None, *, running: bool) -> tuple[str, bool]:
+    def _render(
+        self, output: str, exit_code: int | None, cwd: str | None, *, running: bool, note: str | None = None
+    ) -> tuple[str, bool]:
         text, truncated = clean(output)
         if text and not text.endswith("\n"):
             text += "\n"
-        status = "[still running]" if running else f"[exit {exit_code}] {cwd}$"
+        if note:
+            text += f"[{note}]\n"
+        if running:
+            status = "[still running]"
+        else:
+            status = f"[exit {exit_code}] {cwd}$" if exit_code is not None else f"[at the prompt] {cwd}$"
         return text + status, truncated
 
-    def _observation(self, output: str, exit_code: int | None, cwd: str | None, *, running: bool, **extra: Any):
+    def _observation(
+        self, output: str, exit_code: int | None, cwd: str | None, *, running: bool, note: str | None = None, **extra: Any
+    ):
         t0 = time.perf_counter()
-        text, truncated = self._render(output, exit_code, cwd, running=running)
+        text, truncated = self._render(output, exit_code, cwd, running=running, note=note)
         changes = self._changes()
         obs = Observation.make(
             text, "terminal", truncated=truncated, spans=detect_spans(text),
@@ -150,25 +180,21 @@ class TerminalEnv(SandboxEnv):
 
     def _step(self, action: ActionSpec) -> tuple[Observation, float | None, bool, dict[str, Any]]:
         t0 = time.perf_counter()
-        if isinstance(action, RunCommand):
-            r = self.shell.run(action.command, timeout=action.timeout)
-            output, code, running = r.output, r.exit_code, r.timed_out
-            self.cwd = r.cwd or self.cwd
-        elif isinstance(action, WriteFile):
+        if isinstance(action, WriteFile):
             path = action.path if action.path.startswith("/") else f"{self.cwd}/{action.path}"
             try:
                 self.sandbox.write_file(path, action.content)
             except OSError as exc:
                 raise ActionError(str(exc)) from None
-            output, code, running = "", 0, False
+            r = ShellResult("", 0, self.cwd, 0.0)
+        elif isinstance(action, RunCommand):
+            r = self.shell.run(action.command, timeout=self.step_timeout(action.timeout))
+        elif isinstance(action, Interrupt):
+            r = self.shell.interrupt()
         else:
-            if isinstance(action, Interrupt):
-                self.shell.interrupt()
-            else:
-                self.shell.send_keys(action.keys, enter=action.enter, literal=not action.special)
-            time.sleep(0.2)  # let the program draw
-            output, code, running = self.shell.read_output(), None, True
+            r = self.shell.send_keys(action.keys, enter=action.enter, literal=not action.special)
+        self.cwd = r.cwd or self.cwd
         action_ms = (time.perf_counter() - t0) * 1000
-        obs, observe_ms = self._observation(output, code, self.cwd, running=running)
+        obs, observe_ms = self._observation(r.output, r.exit_code, self.cwd, running=r.running, note=r.note)
         reward, terminated = None, False
         return obs, reward, terminated, {"action_ms": action_ms, "observe_ms": observe_ms}

@@ -263,17 +263,19 @@ class Sandbox(abc.ABC):
             raise OSError(f"{path}: {err.decode(errors='replace').strip()}")
 
     def list_tree(self, path: str = WORKDIR, depth: int = 2) -> list[TreeEntry]:
-        code, out = self.exec_bytes(
-            f"find {shlex.quote(path)} -mindepth 1 -maxdepth {int(depth)} -printf '%y\\t%s\\t%P\\n' | sort -t '\t' -k3"
-        )
+        """Entries under ``path``, sorted by path. Fields are NUL-separated, so a name with
+        newlines, tabs or bytes that are not UTF-8 is only data (shown backslash-escaped)."""
+        code, out = self.exec_bytes(f"find {shlex.quote(path)} -mindepth 1 -maxdepth {int(depth)} -printf '%y\\0%s\\0%P\\0'")
         if code != 0:
             raise FileNotFoundError(f"{path}: {out.decode(errors='replace').strip()}")
         kinds = {"f": "file", "d": "dir", "l": "link"}
-        entries = []
-        for line in out.decode(errors="replace").splitlines():
-            kind, size, rel = line.split("\t", 2)
-            entries.append(TreeEntry(rel, kinds.get(kind, "other"), int(size)))
-        return entries
+        fields = out.split(b"\0")
+        entries = [
+            TreeEntry(rel.decode(errors="backslashreplace"), kinds.get(kind.decode(errors="replace"), "other"), int(size))
+            for kind, size, rel in zip(fields[0::3], fields[1::3], fields[2::3], strict=False)
+            if size.isdigit()
+        ]
+        return sorted(entries, key=lambda e: e.path)
 
     # resets
     @abc.abstractmethod

@@ -3,37 +3,190 @@
 What a terminal agent expects: cwd, variables, functions and background jobs persist
 between commands; an interactive program (a Python REPL, ``less``, ``vim``) can be driven
 with keys and interrupted; a command that does not finish in time leaves the shell usable.
-Everything goes through ``Sandbox.exec``, so it works the same on every backend. The
-pane's raw output is logged with ``tmux pipe-pane``; each command is followed by a marker
-line carrying its exit status and working directory, and ``tmux wait-for`` wakes the
-caller when it is printed (no polling).
+Everything goes through ``Sandbox.exec``, so it works the same on every backend.
+
+The protocol keeps data and control apart, so that nothing a command prints can forge a
+result (see ``_STEP`` for the script each step runs):
+
+* **Data**: the pane's raw output, appended to a log by ``tmux pipe-pane``. It is only ever
+  cut into a head and a tail by byte offsets (``stat``, ``head -c``, ``tail -c``), never
+  searched for control information, so floods cost the same to read as one line.
+* **Control**: the shell's own hooks write files in a private folder named by a random
+  secret. ``PROMPT_COMMAND`` writes ``status`` (prompt count, the step's token, ``$?``,
+  then ``$PWD`` as raw bytes) whenever bash is back at its prompt; ``PS0`` records in
+  ``started`` that a command line was read; an ``EXIT`` trap records a clean exit. A FIFO
+  wakes the waiting step, and ``/proc`` says whether bash is alive (pid and start time)
+  and whether it owns the terminal's foreground.
+* **Commands** travel as a file written through the exec's stdin; the pane only ever sees
+  ``__tf_tok=TOKEN; __tf_arm; eval "$(< FILE)"``, whatever the command holds.
+
+After a prompt, the hook also prints an OSC sequence carrying the prompt count to the pane;
+it only tells the reader that the pane's output has reached the log (tmux lags behind the
+command), and a forged one can at worst move part of a step's output into the next step.
+A shell that is gone raises ``ShellDied``; a sandbox that is gone raises ``SandboxDied``.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandboxes.base import SandboxError
+from sandboxes.base import SandboxDied, SandboxError
 
 if TYPE_CHECKING:
     from sandboxes.base import Sandbox
 
-_STALE = re.compile(r"\n?__TF_[0-9a-f]+_\d+__ -?\d+ [^\n]*\n?")
+#: The hook's flush mark in the pane output; removed from what a step returns.
+_BARRIER = re.compile(rb"\x1b\]7717;\d+\x07")
+_HEADER = re.compile(rb"TF1 ([01]) ([01]) ([01]) ([01]) ([01]) (\d+) (\d+) (\d+) (\d+) (\d+)\n")
+_STATUS = re.compile(rb"(\d+) ([0-9a-f]+|-) (\d+)\n")
+ROTATE_BYTES = 4 << 20  # a log bigger than this is emptied at the next idle step
+
+
+class ShellDied(SandboxError):
+    """The shell (bash or its tmux server) is gone while its sandbox may still run."""
 
 
 @dataclass(frozen=True)
 class ShellResult:
-    output: str  # what the terminal printed (stdout and stderr interleaved, as on a screen)
-    exit_code: int | None  # None while the command still runs (timed out)
+    output: str  # what the terminal printed during the step (head and tail when over the cap)
+    exit_code: int | None  # the last command's status when the shell is back at its prompt
     cwd: str | None
     duration_ms: float
-    timed_out: bool = False
+    timed_out: bool = False  # the step's time ran out before the command finished
     output_truncated: bool = False
+    running: bool = False  # a command or foreground program still runs (the shell is not at its prompt)
+    note: str | None = None  # why a command was not typed, or why the state is unknown
+
+
+# Sourced by the pane's bash (--rcfile). {d} is the private folder.
+_RC = r"""
+PS1=''; PS2=''; HISTFILE=''; unset TMUX TMUX_PANE
+__tf_dir={d}; __tf_n=0; __tf_tok=-
+__tf_prompt() {{
+  local rc=$?
+  __tf_n=$((__tf_n + 1))
+  printf '%s %s %s\n%s' "$__tf_n" "$__tf_tok" "$rc" "$PWD" > "$__tf_dir/status.tmp" \
+    && mv -f "$__tf_dir/status.tmp" "$__tf_dir/status"
+  stty -echo 2>/dev/null
+  printf '\033]7717;%s\007' "$__tf_n"
+  printf x 1<> "$__tf_dir/wake"
+  return $rc
+}}
+__tf_ps0() {{ printf '%s\n' "$__tf_n" 1<> "$__tf_dir/started"; }}
+__tf_arm() {{
+  [[ " ${{PROMPT_COMMAND[*]}} " == *" __tf_prompt "* ]] || PROMPT_COMMAND+=(__tf_prompt)
+  [[ $PS0 == *__tf_ps0* ]] || PS0+='$(__tf_ps0)'
+}}
+trap 'printf "%s\n" "$?" > "$__tf_dir/exited"; printf x 1<> "$__tf_dir/wake"' EXIT
+PROMPT_COMMAND=(__tf_prompt); PS0='$(__tf_ps0)'
+stty -echo 2>/dev/null
+"""
+
+# One step, run by ``Sandbox.exec``: MODE run types the command (once the shell is at its
+# prompt) and waits for its token in the status; keys sends keys and waits up to SETTLE
+# for the shell to come back to its prompt; boot waits for the first prompt. It writes a
+# frame on stdout: a header line of integers (alive, done, at prompt, typed, rotated,
+# prompt count, log size, head length, tail length, offset), the head and tail of the
+# step's output, then the status file. Stderr is never parsed.
+_STEP = r"""
+D={d}; P={pid}; S0={start}; OFF={off}; MODE={mode}; TOK={tok}; HEAD={head}; TAIL={tail}
+end=$(( ${{EPOCHREALTIME/./}} + {budget_us} )); settle_end=$(( ${{EPOCHREALTIME/./}} + {settle_us} ))
+exec 9<>"$D/wake"
+alive() {{
+  local st; read -r st < /proc/$P/stat 2>/dev/null || return 1
+  set -- ${{st##*) }}; [ "$1" != Z ] && [ "${{20}}" = "$S0" ] && [ ! -e "$D/exited" ] || return 1
+  pgrp=$3; tpgid=$6
+}}
+state() {{
+  n=0 tok=- rc=0 k=0
+  read -r n tok rc < "$D/status" 2>/dev/null; read -r k < "$D/started" 2>/dev/null
+  [[ $n =~ ^[0-9]+$ ]] || n=0; [[ $k =~ ^[0-9]+$ ]] || k=0
+  if alive; then up=1; else up=0; fi
+  prompt=0; [ "$up" = 1 ] && [ "$pgrp" = "$tpgid" ] && (( n > k )) && prompt=1
+}}
+nap() {{  # until the shell wakes us, at most $1 microseconds and never past the step's end
+  local now=${{EPOCHREALTIME/./}} t=$1; (( now + t > end )) && t=$(( end - now )); (( t <= 0 )) && return 1
+  printf -v t '%d.%06d' $(( t / 1000000 )) $(( t % 1000000 )); read -r -t "$t" -n 1 -u 9 _; return 0
+}}
+tx() {{ tmux -S "$D/sock" send-keys -t tf "$@"; }}
+state; n0=$n; done=0; typed=0; rotated=0; flush=1
+if [ "$MODE" = run ]; then
+  while [ "$up" = 1 ] && [ "$prompt" = 0 ]; do nap 250000 || break; state; done
+  if [ "$prompt" = 1 ]; then
+    size=$(stat -c %s "$D/log")
+    if [ "$size" = "$OFF" ] && (( size > {rotate} )); then : > "$D/log"; OFF=0; rotated=1; fi
+    cat > "$D/cmd" && tx C-u && tx -l -- "__tf_tok=$TOK; __tf_arm; eval \"\$(< $D/cmd)\"" && tx Enter && typed=1
+  fi
+  while [ "$up" = 1 ] && [ "$typed" = 1 ] && [ "$tok" != "$TOK" ]; do nap 250000 || break; state; done
+  [ "$tok" = "$TOK" ] && done=1
+elif [ "$MODE" = keys ]; then
+  {keys}
+  while nap 50000; do
+    state; [ "$up" = 0 ] && break; [ "$prompt" = 1 ] && (( n > n0 )) && break
+    (( ${{EPOCHREALTIME/./}} >= settle_end )) && break
+  done
+  state; [ "$prompt" = 1 ] && (( n > n0 )) && done=1
+else
+  while [ "$up" = 1 ] && [ "$prompt" = 0 ]; do nap 250000 || break; state; done
+  done=$prompt; flush=0
+fi
+if [ "$done" = 1 ] && [ "$flush" = 1 ]; then  # the pane's output has reached the log once the hook's mark is in it
+  printf -v bar '\033]7717;%s\007' "$n"; flush_end=$(( ${{EPOCHREALTIME/./}} + 3000000 ))
+  until tail -c 4096 "$D/log" | grep -qaF -- "$bar"; do
+    (( ${{EPOCHREALTIME/./}} >= flush_end )) && break; read -r -t 0.02 -u 9 _
+  done
+  state
+fi
+size=$(stat -c %s "$D/log"); (( size < OFF )) && OFF=$size
+len=$(( size - OFF )); h=$len; t=0
+if (( len > HEAD + TAIL )); then h=$HEAD; t=$TAIL; fi
+printf 'TF1 %s %s %s %s %s %s %s %s %s %s\n' "$up" "$done" "$prompt" "$typed" "$rotated" "$n" "$size" "$h" "$t" "$OFF"
+tail -c +$(( OFF + 1 )) "$D/log" | head -c "$h"
+(( t > 0 )) && tail -c +$(( size - t + 1 )) "$D/log" | head -c "$t"
+cat "$D/status" 2>/dev/null
+exit 0
+"""
+
+
+@dataclass(frozen=True)
+class _Frame:
+    alive: bool
+    done: bool
+    at_prompt: bool
+    typed: bool
+    prompts: int
+    size: int
+    head: bytes
+    tail: bytes
+    skipped: int
+    exit_code: int | None
+    cwd: str | None
+
+
+def _parse(raw: bytes) -> _Frame | None:
+    """The step script's frame, or None when it is not exactly what the script writes."""
+    m = _HEADER.match(raw)
+    if m is None:
+        return None
+    up, done, prompt, typed, _rotated, n, size, h, t, off = (int(x) for x in m.groups())
+    body = raw[m.end() :]
+    if len(body) < h + t or off + h + t > size:
+        return None
+    head, tail, status = body[:h], body[h : h + t], body[h + t :]
+    code, cwd = None, None
+    s = _STATUS.match(status)
+    if s is not None:
+        code, cwd = int(s.group(3)), status[s.end() :].decode(errors="backslashreplace")
+    return _Frame(up == 1, done == 1, prompt == 1, typed == 1, n, size, head, tail, size - off - h - t, code, cwd)
+
+
+def _text(data: bytes) -> str:
+    return _BARRIER.sub(b"", data).decode(errors="replace").replace("\r\n", "\n")
 
 
 class ShellSession:
@@ -41,81 +194,156 @@ class ShellSession:
 
     def __init__(self, sandbox: Sandbox, *, width: int = 160, height: int = 48) -> None:
         self.sandbox = sandbox
-        self.name = f"tf{uuid.uuid4().hex[:10]}"
-        self.log = f"/tmp/.{self.name}.log"
-        self._count = 0
+        self.dir = f"/tmp/.tf-{secrets.token_hex(16)}"
         self._offset = 0
+        d = shlex.quote(self.dir)
         boot = (
-            f"tmux new-session -d -s {self.name} -x {width} -y {height} "
-            f"'exec bash --noprofile --norc --noediting' && "
-            f": > {self.log} && tmux pipe-pane -o -t {self.name} 'cat >> {self.log}'"
+            f"umask 077 && mkdir {d} && mkfifo {d}/wake && : > {d}/log && echo 0 > {d}/started && cat > {d}/rc"
+            f" && tmux -S {d}/sock new-session -d -s tf -x {width} -y {height}"
+            f" 'exec bash --noprofile --rcfile {d}/rc --noediting -i'"
+            f" && tmux -S {d}/sock pipe-pane -o -t tf 'exec cat >> {d}/log'"
+            f" && p=$(tmux -S {d}/sock display -p -t tf '#{{pane_pid}}') && read -r st < /proc/$p/stat"
+            f" && s=$(tmux -S {d}/sock display -p -t tf '#{{pid}}')"
+            ' && set -- ${st##*) } && echo "TF1 $p ${20} $s"'
         )
-        r = sandbox.exec(boot, timeout=20)
-        if r.exit_code != 0:
+        r = sandbox.exec(boot, stdin=_RC.format(d=d), timeout=20)
+        m = re.fullmatch(r"TF1 (\d+) (\d+) (\d+)\n", r.stdout)
+        if r.exit_code != 0 or m is None:
             raise SandboxError(f"cannot start a tmux shell in the sandbox: {(r.stderr or r.stdout).strip()[:200]}")
-        # no echo, no prompts: the log then holds only what commands print
-        ready = self._send_and_wait("stty -echo; PS1=''; PS2=''; unset PROMPT_COMMAND; true", 20)
-        if ready.exit_code is None:
+        self.pid, self._start, self._tmux = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        try:
+            first = self._step("boot", budget=20.0)
+        except _Unknown as exc:
+            raise SandboxError(f"the sandbox shell did not come up: {exc}") from None
+        if not first.at_prompt:
             raise SandboxError("the sandbox shell did not come up within 20 s")
 
-    def _script(self, keys: str, channel: str | None, timeout: float) -> str:
+    # -- the protocol ------------------------------------------------------------------------
+    def _step(self, mode: str, *, budget: float, settle: float = 0.0, stdin: bytes | None = None, keys: str = ":") -> _Frame:
+        """Run the step script once; a frame that is not exactly right is never guessed at."""
         cap = self.sandbox.config.output_cap_bytes
-        parts = [f"tmux send-keys -t {self.name} -l -- {shlex.quote(keys)}", f"tmux send-keys -t {self.name} Enter"]
-        if channel:
-            parts.append(f'timeout {timeout:.3f} tmux wait-for {channel}; echo "wait=$?" >&2')
-        parts.append(f'echo "size=$(stat -c %s {self.log})" >&2')
-        parts.append(f"tail -c +{self._offset + 1} {self.log} | head -c {cap}")
-        return "; ".join(parts)
+        script = _STEP.format(
+            d=shlex.quote(self.dir), pid=self.pid, start=self._start, off=self._offset, mode=mode,
+            tok=secrets.token_hex(8), head=cap // 2, tail=cap - cap // 2, budget_us=int(budget * 1e6),
+            settle_us=int(settle * 1e6), rotate=ROTATE_BYTES, keys=keys,
+        )  # fmt: skip
+        code, raw = self.sandbox.exec_bytes(script, stdin=stdin, timeout=budget + 15)
+        frame = _parse(raw) if code == 0 else None
+        if frame is None:
+            self.check_alive()
+            raise _Unknown(raw.decode(errors="replace").strip()[-200:] or f"exit {code}")
+        if not frame.alive:
+            raise self._died()
+        self._offset = frame.size
+        return frame
 
-    def _send_and_wait(self, command: str, timeout: float) -> ShellResult:
-        self._count += 1
-        marker = f"__TF_{self.name[2:]}_{self._count}__"
-        channel = f"{self.name}-{self._count}"
-        # Braces make bash read the whole command before running it, so a program that
-        # reads stdin (a REPL) never swallows the marker line.
-        keys = f'{{ {command}\n}}; __tf_rc=$?; printf \'\\n%s %s %s\\n\' {marker} "$__tf_rc" "$PWD"; tmux wait-for -S {channel}'
-        start = time.monotonic()
-        r = self.sandbox.exec(self._script(keys, channel, timeout), timeout=timeout + 10)
-        duration = (time.monotonic() - start) * 1000
-        size = int(re.search(r"size=(\d+)", r.stderr).group(1)) if "size=" in r.stderr else self._offset
-        out = r.stdout.replace("\r\n", "\n")
-        m = re.search(rf"\n?{re.escape(marker)} (-?\d+) ([^\n]*)\n?", out)
-        truncated = size - self._offset > self.sandbox.config.output_cap_bytes
-        if m is None:  # still running: keep the offset so the output is read again later
-            return ShellResult(_STALE.sub("\n", out), None, None, duration, True, truncated)
-        self._offset = size
-        return ShellResult(_STALE.sub("\n", out[: m.start()]), int(m.group(1)), m.group(2), duration, False, truncated)
+    def check_alive(self) -> None:
+        """Raise when the sandbox or the shell is gone; return when alive or when it cannot tell."""
+        if not self.sandbox.alive():
+            raise SandboxDied(f"{self.sandbox.backend} sandbox died under the shell")
+        probe = (  # builtins only: it answers "down" only when it could look
+            f'if read -r st < /proc/{self.pid}/stat && set -- ${{st##*) }} && [ "$1" != Z ]'
+            f' && [ "${{20}}" = {self._start} ] && [ ! -e {shlex.quote(self.dir)}/exited ]; then echo up; else echo down; fi'
+        )
+        _code, out = self.sandbox.exec_bytes(probe, timeout=10)
+        if out == b"down\n":
+            if not self.sandbox.alive():
+                raise SandboxDied(f"{self.sandbox.backend} sandbox died under the shell")
+            raise self._died()
 
+    def _died(self) -> ShellDied:
+        """Why the shell is gone: an ``exit`` (the EXIT trap's status), its terminal killed, or bash killed."""
+        probe = f'read -r s < {shlex.quote(self.dir)}/exited; read -r c < /proc/{self._tmux}/comm; echo "${{s:--}} ${{c:--}}"'
+        _code, out = self.sandbox.exec_bytes(probe, timeout=10)
+        m = re.fullmatch(rb"(\d+|-) (\S+)\n", out)
+        status, tmux_up = (m.group(1).decode(), m.group(2).startswith(b"tmux")) if m else ("-", True)
+        exited = f"bash exited (status {status})" if status != "-" else "bash was killed"
+        if not tmux_up:
+            return ShellDied(f"the sandbox shell is gone: its terminal (tmux) was killed and {exited}")
+        if status != "-":
+            return ShellDied(f"the sandbox shell exited (status {status})")
+        return ShellDied("the sandbox shell is gone: bash was killed")
+
+    def _result(self, frame: _Frame, start: float, *, running: bool, timed_out: bool, note: str | None = None) -> ShellResult:
+        output = _text(frame.head)
+        if frame.tail:
+            output += f"\n[... {frame.skipped} bytes of output omitted ...]\n" + _text(frame.tail)
+        return ShellResult(
+            output=output,
+            exit_code=frame.exit_code if frame.done else None,
+            cwd=None if running else frame.cwd,
+            duration_ms=(time.monotonic() - start) * 1000,
+            timed_out=timed_out,
+            output_truncated=frame.skipped > 0,
+            running=running,
+            note=note,
+        )
+
+    # -- what callers use --------------------------------------------------------------------
     def run(self, command: str, *, timeout: float | None = None) -> ShellResult:
-        """Type ``command`` and wait until it finishes or ``timeout`` passes."""
+        """Type ``command`` and wait until it finishes or ``timeout`` passes.
+
+        When a program still runs in the foreground (an earlier command that timed out),
+        the step first waits for it, up to ``timeout``; if it still runs then, the command
+        is not typed (``note`` says so): keys for that program go by ``send_keys``.
+        """
         if not command.strip():
             raise ValueError("empty command")
-        return self._send_and_wait(command, self.sandbox.config.exec_timeout_s if timeout is None else timeout)
+        timeout = self.sandbox.config.exec_timeout_s if timeout is None else timeout
+        start = time.monotonic()
+        try:
+            frame = self._step("run", budget=timeout, stdin=command.encode(errors="surrogateescape"))
+        except _Unknown as exc:
+            return _unknown(exc, start, timed_out=True)
+        if frame.done:
+            return self._result(frame, start, running=False, timed_out=False)
+        note = None if frame.typed else "a program still runs in the foreground; the command was not typed"
+        return self._result(frame, start, running=True, timed_out=True, note=note)
 
-    def send_keys(self, keys: str, *, enter: bool = False, literal: bool = True) -> None:
-        """Type into whatever runs in the pane; ``literal=False`` takes tmux key names (``C-c``, ``Up``)."""
+    def send_keys(self, keys: str, *, enter: bool = False, literal: bool = True, settle: float = 0.3) -> ShellResult:
+        """Type into whatever runs in the pane; ``literal=False`` takes tmux key names (``C-c``, ``Up``).
+
+        Waits ``settle`` seconds (less when the shell comes back to its prompt sooner) and
+        reports what the pane printed and whether a program still runs."""
         flag = "-l -- " if literal else ""
-        cmd = f"tmux send-keys -t {self.name} {flag}{shlex.quote(keys)}"
-        if enter:
-            cmd += f" && tmux send-keys -t {self.name} Enter"
-        r = self.sandbox.exec(cmd, timeout=10)
-        if r.exit_code != 0:
-            raise SandboxError(f"tmux send-keys failed: {r.stderr.strip()[:200]}")
+        cmd = f"tx {flag}{shlex.quote(keys)}" + (" && tx Enter" if enter else "")
+        return self._observe(cmd, settle)
 
-    def interrupt(self) -> None:
-        self.send_keys("C-c", literal=False)
+    def interrupt(self, *, settle: float = 0.3) -> ShellResult:
+        """Ctrl-C to the foreground program (or to the prompt, which starts a fresh line)."""
+        return self.send_keys("C-c", literal=False, settle=settle)
+
+    def observe(self, *, settle: float = 0.0) -> ShellResult:
+        """What the pane printed since the last step, and the shell's state, without typing."""
+        return self._observe(":", settle)
+
+    def _observe(self, keys_cmd: str, settle: float) -> ShellResult:
+        start = time.monotonic()
+        try:
+            frame = self._step("keys", budget=settle + 5.0, settle=settle, keys=keys_cmd)
+        except _Unknown as exc:
+            return _unknown(exc, start, timed_out=False)
+        return self._result(frame, start, running=not frame.at_prompt, timed_out=False)
 
     def read_output(self) -> str:
         """What the pane printed since the last read (and advance past it)."""
-        _code, data = self.sandbox.exec_bytes(f"tail -c +{self._offset + 1} {self.log}")
-        self._offset += len(data)
-        return _STALE.sub("\n", data.decode(errors="replace").replace("\r\n", "\n"))
+        return self.observe().output
 
     def screen(self) -> str:
         """The visible screen, as a terminal would show it now."""
-        r = self.sandbox.exec(f"tmux capture-pane -p -t {self.name}", timeout=10)
-        return r.stdout
+        code, out = self.sandbox.exec_bytes(f"tmux -S {shlex.quote(self.dir)}/sock capture-pane -p -t tf", timeout=10)
+        return out.decode(errors="replace") if code == 0 else ""
 
     def close(self) -> None:
-        if not self.sandbox.closed and self.sandbox.started:
-            self.sandbox.exec(f"tmux kill-session -t {self.name} 2>/dev/null; rm -f {self.log}", timeout=10)
+        if not self.sandbox.closed and self.sandbox.started and self.sandbox.alive():
+            d = shlex.quote(self.dir)
+            self.sandbox.exec(f"tmux -S {d}/sock kill-server 2>/dev/null; rm -rf {d}", timeout=10)
+
+
+class _Unknown(Exception):
+    """The step script's frame could not be read (the sandbox could not run it)."""
+
+
+def _unknown(exc: _Unknown, start: float, *, timed_out: bool) -> ShellResult:
+    note = f"the sandbox could not report the shell's state ({exc})"
+    return ShellResult("", None, None, (time.monotonic() - start) * 1000, timed_out, False, True, note)
