@@ -12,14 +12,14 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from pipelines.curate import minhash
+from pipelines.curate import minhash, scrub
 from pipelines.curate.config import NearDedup, Quality
-from schemas.transition import Action, Observation, Transition, content_hash, mask_volatile
+from schemas.transition import Observation, Transition, mask_volatile
 
 # -- normalise ----------------------------------------------------------------------------------
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -175,94 +175,10 @@ def nondeterministic(word_signatures: Sequence[np.ndarray], threshold: float) ->
 
 
 # -- scrub --------------------------------------------------------------------------------------
-# Patterns after detect-secrets' plugins and common token formats. Each match is replaced by a
-# placeholder of the same length, so volatile spans and the text's shape stay valid.
-SECRET_PATTERNS: dict[str, re.Pattern[str]] = {
-    "private_key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
-    "aws_key": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    "github_token": re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b"),
-    "openai_key": re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20,}\b"),
-    "slack_token": re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"),
-    "jwt": re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b"),
-    "url_credentials": re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),
-    "password_arg": re.compile(r"(?i)(?<=--password[= ])\S+|(?<=password=)[^\s&'\"]+|(?<=passwd=)[^\s&'\"]+"),
-    "email": re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"),
-}
-
-
-# Literals without which a pattern cannot match: a text is searched only for the kinds whose
-# literal it holds (``in`` is a fast scan; the patterns' leading classes are not).
-SECRET_LITERALS: dict[str, tuple[str, ...]] = {
-    "private_key": ("PRIVATE KEY",),
-    "aws_key": ("AKIA", "ASIA"),
-    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-    "openai_key": ("sk-",),
-    "slack_token": ("xox",),
-    "jwt": ("eyJ",),
-    "url_credentials": ("://",),
-    "password_arg": ("passw",),  # searched in the lower-cased text
-    "email": ("@",),
-}
-
-
-def secret_rows(batch, kinds: Sequence[str]) -> list[bool]:
-    """Which rows of a record batch may hold a secret of these kinds (any text field holds a
-    literal of one): only those need ``scrub_transition``. One RE2 scan per column."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    literals = [re.escape(lit) for kind in kinds if kind != "password_arg" for lit in SECRET_LITERALS[kind]]
-    pattern = "|".join(literals + (["(?i:passw)"] if "password_arg" in kinds else []))
-    hit = pa.array([False] * batch.num_rows)
-    for column, sub in (("state", "text"), ("next_state", "text"), ("action", "canonical"), ("action", "raw"),
-                          ("instruction", None)):  # fmt: skip
-        values = batch.column(column)
-        values = pc.struct_field(values, sub) if sub else values
-        hit = pc.or_(hit, pc.fill_null(pc.match_substring_regex(values, pattern), False))
-    return hit.to_pylist()
-
-
-def placeholder(kind: str, length: int) -> str:
-    tag = f"<{kind}>"
-    return tag[:length] if length <= len(tag) else tag + "*" * (length - len(tag))
-
-
-def scrub_text(text: str, kinds: Sequence[str]) -> tuple[str, Counter]:
-    counts: Counter = Counter()
-    lowered = text.lower() if "password_arg" in kinds else text
-    for kind in kinds:
-        haystack = lowered if kind == "password_arg" else text
-        if not any(literal in haystack for literal in SECRET_LITERALS[kind]):
-            continue
-        pattern = SECRET_PATTERNS[kind]
-
-        def repl(m: re.Match[str], kind: str = kind) -> str:
-            counts[kind] += 1
-            return placeholder(kind, len(m.group(0)))
-
-        text = pattern.sub(repl, text)
-    return text, counts
-
-
-def scrub_transition(t: Transition, kinds: Sequence[str]) -> tuple[Transition, Counter]:
-    """Scrub texts, the action and the instruction; ids stay, the content hash follows."""
-    counts: Counter = Counter()
-
-    def s(text: str | None) -> str | None:
-        if text is None:
-            return None
-        out, c = scrub_text(text, kinds)
-        counts.update(c)
-        return out
-
-    state = replace(t.state, text=s(t.state.text))
-    next_state = replace(t.next_state, text=s(t.next_state.text))
-    raw = scrub_text(t.action.raw, kinds)[0]  # raw usually repeats canonical: counted once
-    action = Action(t.action.kind, s(t.action.canonical), raw)
-    if not counts:
-        return t, counts
-    new = replace(t, state=state, next_state=next_state, action=action, instruction=s(t.instruction))
-    return replace(new, content_hash=content_hash(new.state, new.action, new.next_state)), counts
+# Secret scrubbing lives in ``pipelines.curate.scrub``; curation calls it through these names.
+scrub_text = scrub.scrub_text
+scrub_transition = scrub.scrub_transition
+secret_rows = scrub.secret_rows
 
 
 # -- decontaminate ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.curate.config import CurationConfig
-from pipelines.curate.logic import scrub_transition, secret_rows
+from pipelines.curate.scrub import scrub_transition, secret_rows
 from pipelines.store import StoreWriter, read_shard
 from pipelines.store.fs import LOCAL, StoreFS
 from pipelines.store.layout import part_name, run_dir
