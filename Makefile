@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 clean
+.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -123,3 +123,7 @@ bench-collect-scale: sandboxes
 # Store writer upload throughput to a local S3 server (moto) vs local disk.
 bench-s3: install
 	$(PY) benchmarks/s3.py
+
+# Secret scrubber: recall on planted secrets, lines changed on ordinary text, throughput vs the old one.
+bench-scrub: install
+	$(PY) benchmarks/scrub.py $(ARGS)
