@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from collectors.env import Task, load_suite
 from collectors.sim.config import SimSection
 from sandboxes.base import SandboxConfig
-from schemas.config import load_yaml_model
+from schemas.config import StrictConfig, load_yaml_model
 from schemas.errors import ConfigError
 from schemas.transition import DOMAINS
 
@@ -52,8 +52,7 @@ class SandboxSection(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
 
 
-class PolicySection(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PolicySection(StrictConfig):
     kind: Literal["scripted", "exploration", "openai"] = "scripted"
     model: str | None = None
     base_url: str | None = None
@@ -62,10 +61,9 @@ class PolicySection(BaseModel):
     max_steps: int | None = None
 
 
-class WebSection(BaseModel):
+class WebSection(StrictConfig):
     """Settings of web episodes (``collectors.web.env.WebOptions``)."""
 
-    model_config = ConfigDict(extra="forbid")
     allowed_origins: list[str] = Field(default_factory=list)  # the shipped sites' origin is always allowed
     screenshot: bool = False
     html: bool = False
@@ -74,10 +72,9 @@ class WebSection(BaseModel):
     action_timeout_ms: int = Field(5000, ge=100)
 
 
-class MCPServerSection(BaseModel):
+class MCPServerSection(StrictConfig):
     """A server of the job's own: a command run over stdio, or a streamable HTTP url."""
 
-    model_config = ConfigDict(extra="forbid")
     command: str | None = None
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
@@ -90,20 +87,18 @@ class MCPServerSection(BaseModel):
         return self
 
 
-class MCPSection(BaseModel):
+class MCPSection(StrictConfig):
     """Settings of MCP episodes (``collectors.mcp.env.MCPOptions``); a task's env_id names the server."""
 
-    model_config = ConfigDict(extra="forbid")
     servers: dict[str, MCPServerSection] = Field(default_factory=dict)
     call_timeout_s: float = Field(30.0, gt=0)
     startup_timeout_s: float = Field(30.0, gt=0)
     obs_cap_chars: int = Field(20_000, ge=1000)
 
 
-class SearchSection(BaseModel):
+class SearchSection(StrictConfig):
     """Settings of search episodes (``collectors.search.env.SearchOptions``)."""
 
-    model_config = ConfigDict(extra="forbid")
     corpus: str | None = None  # JSONL/Parquet of {id, url, title, text}; None for env_id pydoc
     index_dir: str | None = None  # default: $TRAJFORGE_CACHE/search/<env_id>
     page_chars: int = Field(4000, ge=200)
@@ -112,10 +107,9 @@ class SearchSection(BaseModel):
     max_find: int = Field(10, ge=1)
 
 
-class OSSection(BaseModel):
+class OSSection(StrictConfig):
     """Settings of OS (desktop) episodes (``collectors.os.env.OSOptions``)."""
 
-    model_config = ConfigDict(extra="forbid")
     screen: tuple[int, int] = (1280, 800)
     obs_cap_chars: int = Field(20_000, ge=1000)
     screenshot: bool = False
@@ -126,10 +120,9 @@ class OSSection(BaseModel):
     check_wait_s: float = Field(2.0, ge=0)
 
 
-class AndroidSection(BaseModel):
+class AndroidSection(StrictConfig):
     """Settings of Android episodes (``collectors.android.env.AndroidOptions``)."""
 
-    model_config = ConfigDict(extra="forbid")
     serials: list[str] = Field(default_factory=list)
     simulator: bool = False
     adb_port: int | None = None
@@ -142,8 +135,7 @@ class AndroidSection(BaseModel):
     apps: dict[str, str] = Field(default_factory=dict)
 
 
-class JobConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class JobConfig(StrictConfig):
     job_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     seed: int = 0
     tasks: list[str] = Field(min_length=1)
