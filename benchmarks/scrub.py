@@ -233,6 +233,28 @@ def main(argv: list[str] | None = None) -> None:
     first, second = list(results.values())[:2]
     print(f"  new / old throughput: {first / second:.2f}x  ({mb:.1f} MB of text)")
 
+    print("\nhostile text (every kind, 200 KB each): seconds")
+    for name, text in hostile_texts().items():
+        start = time.perf_counter()
+        scrub.scrub_text(text, list(scrub.KINDS))
+        print(f"  {name:<22} {time.perf_counter() - start:6.3f}")
+
+
+def hostile_texts(n: int = 200_000) -> dict[str, str]:
+    """Texts an agent could print to make a regex scan quadratic: long runs of what the rules
+    start on, with nothing that completes a match."""
+    return {
+        "mysql words": "mysql " * (n // 6), "pass run": "pass" * (n // 4), "sk- run": "sk-" * (n // 3),
+        "dashes": "--" + "-" * n, "eyJ run": "eyJ" * (n // 3), "eyJab. run": "eyJab." * (n // 6),
+        "email local part": "a." * (n // 2) + "@", "aws key, spaces": "aws_secret_access_key" + " " * n,
+        "BEGIN, no END": "-----BEGIN RSA PRIVATE KEY-----\n" * (n // 32), ":// run": "://" + "a" * n + ":",
+        "Authorization, spaces": "Authorization:" + " " * n, "password, quotes": "password: " + '"' * n,
+        "backslashes": "\\" * n, "key= run": "key=" * (n // 4), "escaped token run": 'token\\": \\"' * (n // 12),
+        "curl -u run": "curl " + "-u a:" * (n // 5), "://a:b@ run": "://a:b@" * (n // 7), "xoxb run": "xoxb-1-" * (n // 7),
+        "AKIA run": "AKIA" * (n // 4), "digits and colons": "1234567890:" * (n // 11), "bearer run": "bearer " * (n // 7),
+        "--password run": "--password " * (n // 11),
+    }  # fmt: skip
+
 
 def count_old(texts: list[str], old, kinds) -> int:
     changed = 0

@@ -110,10 +110,11 @@ def _private_keys(text: str) -> Iterator[Span]:
 
 _PRIVATE_KEY = re.compile(
     r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-    r"(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:[A-Za-z0-9+/=:, .-]|\\[rn]|\r?\n)*)",
+    r"(?:.{0,20000}?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:[A-Za-z0-9+/=:, .-]|\\[rn]|\r?\n)*)",
     re.DOTALL,
 )
-_JWT = re.compile(r"eyJ[A-Za-z0-9_-]{4,}={0,2}\.eyJ[A-Za-z0-9_-]{4,}={0,2}\.[A-Za-z0-9_-]*={0,2}")
+_EMAIL = re.compile(r"\b[\w.%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24}\b")
+_JWT = re.compile(r"(?:(?<![\w-])|(?<=\\[nrt]))eyJ[\w-]{4,8192}={0,2}\.eyJ[\w-]{4,8192}={0,2}\.[\w-]{0,8192}={0,2}")
 
 
 def _jwts(text: str) -> Iterator[Span]:
@@ -125,7 +126,7 @@ def _jwts(text: str) -> Iterator[Span]:
 
 
 # Command lines: the password of tools that take one as an argument.
-_TOOL_OPTION = r"(?<![\w/.-]){tools}\b[^\n|;&]*?\s{option}"
+_TOOL_OPTION = r"(?<![\w/.-]){tools}\b[^\n|;&]{{0,300}}?\s{option}"
 # (literals one of which the command holds, pattern); options are case-sensitive (-p is not -P)
 _COMMANDS = [
     (("mysql", "mariadb"), _TOOL_OPTION.format(tools=r"(?:mysql\w*|mariadb[\w-]*)", option=r"(?:-p|--password=)(?=\S)")),
@@ -145,11 +146,11 @@ _COMMANDS = [
     ),
     (("smbclient",), _TOOL_OPTION.format(tools=r"smbclient", option=r"-U\s*[^\s%]+%")),
     (("htpasswd",), _TOOL_OPTION.format(tools=r"htpasswd", option=r"-\w*b\w*\s+\S+\s+\S+\s+")),
-    (("login",), _TOOL_OPTION.format(tools=r"(?:docker|podman|helm|oras)", option=r"login\b[^\n|;&]*?\s-p\s+")),
+    (("login",), _TOOL_OPTION.format(tools=r"(?:docker|podman|helm|oras)", option=r"login\b[^\n|;&]{0,300}?\s-p\s+")),
     # any tool's long option that names a password, token or key: --password=X, --api-key X
     (
         ("--",),
-        r"--(?:[\w-]*[-_])?(?:password|passwd|passphrase|pass|pwd|token|secret|api-?key|access-?key|secret-?key)"
+        r"--(?:[\w-]{0,40}[-_])?(?:password|passwd|passphrase|pass|pwd|token|secret|api-?key|access-?key|secret-?key)"
         r"(?:=|\s+)",
     ),
 ]
@@ -170,9 +171,9 @@ def _commands(text: str) -> Iterator[Span]:
 
 
 _AUTH_HEADER = re.compile(
-    r"\b(?:proxy-)?authorization\b[\\\"']*\s*[:=]\s*[\\\"']*"
-    r"(?:(?:bearer|basic|token|bot|apikey|api-key|sso-key|negotiate|ntlm)\s+)?(?P<v>[\w.~+/=:-]{8,})"
-    r"|\bbearer\s+(?P<b>[\w.~+/-]{16,}=*)",
+    r"\b(?:proxy-)?authorization\b[\\\"']{0,3}[ \t]{0,8}[:=][ \t]{0,8}[\\\"']{0,3}"
+    r"(?:(?:bearer|basic|token|bot|apikey|api-key|sso-key|negotiate|ntlm)\s+)?(?P<v>[\w.~+/=:-]{8,4096})"
+    r"|\bbearer[ \t]{1,8}(?P<b>[\w.~+/-]{16,4096}={0,2})",
     re.IGNORECASE,
 )
 
@@ -196,9 +197,9 @@ def _url_credentials(text: str) -> Iterator[Span]:
 # Key-value pairs: a key that names a secret, then `=`, `:`, `:=` or `=>`, then a value.
 _SECRET_WORD = re.compile(r"pass|pwd|secret|token|key|contrase", re.IGNORECASE)
 # a secret word, the rest of its key, an assignment: searched in the lower-cased text (fast)
-_CANDIDATE = r"""(?:pass|pwd|secret|token|key|contrase)[\w.-]*(?:\\?["'\]]){0,2}[ \t]*(?::=|=>|=|:(?!:)|is:?(?=[ \t]))"""
+_CANDIDATE = r"""(?:pass|pwd|secret|token|key|contrase)[\w.-]{0,64}(?:\\?["'\]]){0,2}[ \t]*(?::=|=>|=|:(?!:)|is:?(?=[ \t]))"""
 _CANDIDATE_LOW, _CANDIDATE_ANY = re.compile(_CANDIDATE), re.compile(_CANDIDATE, re.IGNORECASE)
-_KEY_CHARS = re.compile(r"[\w.-]*")
+_KEY_CHARS = re.compile(r"[\w.-]{0,64}")
 _ASSIGNMENT = re.compile(
     r"""(?:\\?["'\]]){0,2}[ \t]*(?P<op>:=|=>|=|:(?!:)|is:?(?=[ \t]))[ \t]*"""
     r"""(?:(?P<q>\\?["'`])(?P<qv>[^"'`\n\\]+)(?P=q)|(?P<v>[^\s"'`,;&<>]+))"""
@@ -267,7 +268,7 @@ def _key_values(text: str) -> Iterator[Span]:
 
 
 _AWS_SECRET = re.compile(
-    r"(?:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)[\\\"']*\s*(?:[:=]|\s)\s*[\\\"']*"
+    r"(?:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)[\\\"']{0,3}[ \t]{0,8}[:= \t][ \t]{0,8}[\\\"']{0,3}"
     r"(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
     re.IGNORECASE,
 )
@@ -338,19 +339,21 @@ def rules() -> tuple[Rule, ...]:
                r"(?:gh[pousr]_[A-Za-z0-9_]{36,255}|github_pat_[A-Za-z0-9_]{22,255})"), prefilter=r"gh[pousr]_|github_pat_"),
         Rule(("gitlab_token",), ("gl", "gr1348941"), p("gitlab_token", *_ds("gitlab_token", "GitLabTokenDetector")),
              prefilter=r"(?:glpat|gldt|glft|glsoat|glrt|glcbt|glimt|glptt|glagent|gloas)-|GR1348941"),
-        Rule(("anthropic_key",), ("sk-",), p("anthropic_key", r"sk-ant-[a-z0-9]{2,10}-[A-Za-z0-9_-]{20,}"), prefilter="sk-ant-"),
-        Rule(("openai_key",), ("sk-",), p("openai_key", *_ds("openai", "OpenAIDetector"),
-                                          r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"), prefilter="sk-"),
-        Rule(("hf_token",), ("hf_", "api_org_"), p("hf_token", r"(?:hf_|api_org_)[A-Za-z0-9]{30,}")),
+        Rule(("anthropic_key",), ("sk-",), p("anthropic_key", r"sk-ant-[a-z0-9]{2,10}-[A-Za-z0-9_-]{20,512}"),
+             prefilter="sk-ant-"),
+        Rule(("openai_key",), ("sk-",), p("openai_key", r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,512}"),
+             prefilter="sk-"),
+        Rule(("hf_token",), ("hf_", "api_org_"), p("hf_token", r"(?:hf_|api_org_)[A-Za-z0-9]{30,256}")),
         Rule(("slack_token",), ("xox", "xapp", "slack"),
-             p("slack_token", *_ds("slack", "SlackDetector"), r"xox[abposre]-[A-Za-z0-9-]{10,}",
-               r"xapp-\d-[A-Za-z0-9-]{20,}"), prefilter=r"(?i:xox)|xapp-|hooks\.slack\.com"),
+             p("slack_token", *_ds("slack", "SlackDetector"), r"xox[abposre]-[A-Za-z0-9-]{10,512}",
+               r"xapp-\d-[A-Za-z0-9-]{20,512}"), prefilter=r"(?i:xox)|xapp-|hooks\.slack\.com"),
         Rule(("stripe_key",), ("_live_", "_test_"),
-             p("stripe_key", *_ds("stripe", "StripeDetector"), r"(?:sk|rk)_(?:live|test)_[0-9a-zA-Z]{16,}")),
+             p("stripe_key", *_ds("stripe", "StripeDetector"), r"(?:sk|rk)_(?:live|test)_[0-9a-zA-Z]{16,256}")),
         Rule(("google_api_key",), ("aiza",), p("google_api_key", r"AIza[0-9A-Za-z_-]{35}"), prefilter="AIza"),
-        Rule(("npm_token",), ("npm_", "authtoken"), p("npm_token", *_ds("npm", "NpmDetector"), r"npm_[A-Za-z0-9]{36}"),
-             prefilter=r"npm_|_authToken"),
-        Rule(("pypi_token",), ("pypi-",), p("pypi_token", *_ds("pypi_token", "PypiTokenDetector"))),
+        Rule(("npm_token",), ("npm_", "authtoken"),
+             p("npm_token", r"//[^\s/]{1,253}/[^\s:]{0,200}:_authToken=[ \t]*(?P<v>npm_[A-Za-z0-9]{36}|[A-Fa-f0-9-]{36})",
+               r"npm_[A-Za-z0-9]{36}"), prefilter=r"npm_|_authToken"),
+        Rule(("pypi_token",), ("pypi-",), p("pypi_token", r"pypi-AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[\w-]{70,1024}")),
         Rule(("sendgrid_key",), ("sg.",), p("sendgrid_key", *_ds("sendgrid", "SendGridDetector")), prefilter=r"SG\."),
         Rule(("mailgun_key",), ("key",), p("mailgun_key", r"key-[0-9a-f]{32}\b"), prefilter="key-[0-9a-f]{32}"),
         Rule(("mailchimp_key",), ("-us",), p("mailchimp_key", *_ds("mailchimp", "MailchimpDetector")), prefilter="-us[0-9]"),
@@ -359,7 +362,7 @@ def rules() -> tuple[Rule, ...]:
         Rule(("discord_token",), (),
              _gated(r"\.[\w-]{6}\.[\w-]{27}|/api/webhooks/",
                     p("discord_token", *_ds("discord", "DiscordBotTokenDetector"),
-                      r"discord(?:app)?\.com/api/webhooks/\d+/(?P<v>[A-Za-z0-9_-]{60,})")),
+                      r"discord(?:app)?\.com/api/webhooks/\d+/(?P<v>[A-Za-z0-9_-]{60,256})")),
              prefilter=r"[MNO][a-zA-Z0-9_-]{23,25}\.[a-zA-Z0-9_-]{6}\.|discord(?:app)?\.com/api/webhooks/"),
         Rule(("telegram_token",), (":aa",),
              p("telegram_token", *_ds("telegram_token", "TelegramBotTokenDetector"), bounded=False),
@@ -379,7 +382,7 @@ def rules() -> tuple[Rule, ...]:
                        r"|login)[^\n]*\s-|--[\w-]*(?:pass|pwd|token|secret|key)"),
         Rule(("password", "secret"), ("pass", "pwd", "secret", "token", "key", "contrase"), _key_values, context=True,
              prefilter=_KV_PREFILTER),
-        Rule(("email",), ("@",), p("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b", bounded=False),
+        Rule(("email",), ("@",), p("email", _EMAIL, bounded=False),
              prefilter=r"[A-Za-z0-9._%+-]@[A-Za-z0-9-]+\.[A-Za-z]"),
     )  # fmt: skip
 
