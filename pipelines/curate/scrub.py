@@ -4,12 +4,14 @@ Each secret found is replaced by a placeholder of the same length that names its
 (``<github_token>*******``), so volatile spans and the text's shape stay valid. Rules come
 from three places:
 
-- detect-secrets' regex plugins, for the token formats they know (AWS key ids, GitLab,
-  Slack, SendGrid, Azure storage, Twilio, Discord, Telegram, Mailchimp, PyPI, Square, npm),
-  through a thin adapter that turns their patterns into spans;
+- detect-secrets' regex plugins, for the token formats they know (AWS key ids, GitHub,
+  GitLab, Slack, Stripe, SendGrid, Azure storage, Twilio, Discord, Telegram, Mailchimp,
+  Square), through a thin adapter that turns their patterns into spans;
 - token formats they lack or match only in part (Hugging Face, Anthropic, Google, current
-  OpenAI, GitHub and Stripe keys, Mailgun, DigitalOcean, Shopify), whole private key blocks,
-  and JWTs checked by detect-secrets' own validator;
+  OpenAI keys, GitHub fine-grained tokens, Stripe keys of any length, npm, PyPI, Mailgun,
+  DigitalOcean, Shopify), whole private key blocks, and JWTs checked by detect-secrets' own
+  validator. Every repetition is bounded, so no text makes a scan quadratic (detect-secrets'
+  npm, PyPI and OpenAI patterns have unbounded runs, hence our own);
 - context rules: command lines (``mysql -pX``, ``sshpass -p X``, ``curl -u user:X``,
   ``--password X``, ``redis-cli -a X``...), HTTP ``Authorization`` headers, credentials in
   URLs, the AWS secret key after its name, and key-value pairs whose key names a secret
@@ -275,10 +277,10 @@ _AWS_SECRET = re.compile(
 
 # The row pre-filter's view of a pair: a password key and any value with a letter, or another
 # secret key and a value with a capital or a digit (``_plausible_value`` refuses the rest).
-_KV_ASSIGN = r"""[\w.-]*[\\"'\]]{0,4}[ \t]*(?:[:=]|is[ \t:])[ \t]*"""
+_KV_ASSIGN = r"""[\w.-]*[\\"'\]]{0,6}[ \t]*(?:[:=]|is[ \t:])[ \t]*"""
 _KV_PREFILTER = (
-    r"(?i:pass|pwd|contrase)" + _KV_ASSIGN + r"""(?:[\\"'`]{1,2}[^"'`\n\\]*|[^\s"'`,;&<>]*)[A-Za-z]"""
-    r"|(?i:secret|token|key)" + _KV_ASSIGN + r"""(?:[\\"'`]{1,2}[^"'`\n\\]*|[^\s"'`,;&<>]*)[A-Z0-9]"""
+    r"(?i:pass|pwd|contrase)" + _KV_ASSIGN + r"""(?:[\\"'`]{1,4}[^"'`\n\\]*|[^\s"'`,;&<>]*)[A-Za-z]"""
+    r"|(?i:secret|token|key)" + _KV_ASSIGN + r"""(?:[\\"'`]{1,4}[^"'`\n\\]*|[^\s"'`,;&<>]*)[A-Z0-9]"""
 )
 
 # -- value plausibility -------------------------------------------------------------------------

@@ -462,3 +462,18 @@ def test_unknown_kinds_are_refused_when_the_config_is_read():
     with pytest.raises(ValidationError, match="unknown secret kind 'passwords'"):
         Scrub(kinds=["password", "passwords"])
     assert set(Scrub().kinds) == set(KINDS) == {kind for rule in rules() for kind in rule.kinds}
+
+
+def test_secrets_in_json_inside_json_are_scrubbed():
+    """An MCP result that carries a JSON document: quotes escaped twice."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pipelines.curate.scrub import prefilter_pattern
+
+    inner = json.dumps({"output": 'config:\n  "password": "Hunter22x!"\n  api_key: "AbC123dEf456GhI789"'})
+    outer = json.dumps({"result": inner})
+    out, counts = scrub_text(outer, KINDS)
+    assert "Hunter22x!" not in out and "AbC123dEf456GhI789" not in out and counts == {"password": 1, "secret": 1}
+    assert json.loads(json.loads(out)["result"])["output"].startswith('config:\n  "password": "<password>"')
+    assert pc.match_substring_regex(pa.array([outer]), prefilter_pattern(KINDS)).to_pylist() == [True]
