@@ -48,6 +48,7 @@ class SandboxSection(BaseModel):
     memory_mb: int = Field(1024, ge=16)
     cpus: float = Field(1.0, gt=0)
     pids: int = Field(256, ge=8)
+    disk_mb: int = Field(2048, ge=1)  # the sandbox's own file system: /work and /tmp together
     output_cap_bytes: int = Field(1 << 20, ge=1024)
     env: dict[str, str] = Field(default_factory=dict)
 

@@ -20,9 +20,11 @@ from __future__ import annotations
 import abc
 import shlex
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sandboxes.procs import EXEC_MARK
 from schemas.errors import TrajforgeError
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ class SandboxConfig:
     memory_mb: int = 1024
     cpus: float = 1.0
     pids: int = 256
+    disk_mb: int = 2048  # everything the sandbox may write (/work, /tmp), on its own file system
     exec_timeout_s: float = 60.0
     output_cap_bytes: int = 1 << 20
     env: dict[str, str] = field(default_factory=dict)  # set inside
@@ -90,7 +93,7 @@ class SandboxConfig:
 
         if self.backend not in ("docker", "local", "auto"):
             raise ConfigError(f"sandbox.backend: {self.backend!r} is not one of docker, local, auto")
-        for name in ("memory_mb", "pids", "output_cap_bytes"):
+        for name in ("memory_mb", "pids", "disk_mb", "output_cap_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"sandbox.{name}: must be >= 1, got {getattr(self, name)}")
         if not 0 < self.cpus <= 256:
@@ -136,12 +139,16 @@ class OutputCap:
 
 def wrap_command(cmd: str, *, cwd: str | None, timeout: float) -> list[str]:
     """The argv that runs ``cmd`` in bash inside a sandbox, killed with its whole process
-    group after ``timeout`` seconds (GNU timeout makes itself the group leader)."""
+    group after ``timeout`` seconds (GNU timeout makes itself the group leader). Bash drops
+    the exec's mark (``sandboxes.procs``) from what it passes on, keeping it only in its own
+    forks, which is how the host finds them if they outlive the group."""
     script = cmd if cwd is None else f"cd {shlex.quote(cwd)} && {cmd}"
-    return ["timeout", "-s", "KILL", f"{max(timeout, 0.001):.3f}", "bash", "-c", script]
+    return ["timeout", "-s", "KILL", f"{max(timeout, 0.001):.3f}", "bash", "-c", f"unset {EXEC_MARK}\n{script}"]
 
 
 TIMEOUT_EXIT = 137  # SIGKILL from timeout(1)
+#: How long past its timeout an exec may take before the host kills what it left behind.
+GRACE_S = 2.0
 
 
 class Sandbox(abc.ABC):
@@ -181,7 +188,13 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def _exec(
         self, argv: list[str], *, stdin: bytes | None, env: dict[str, str], deadline: float, cap: int
-    ) -> tuple[int, OutputCap, OutputCap]: ...
+    ) -> tuple[int, OutputCap, OutputCap]:
+        """Run ``argv``; past ``deadline`` kill it and whatever bears the mark in ``env`` (a
+        fork bomb, background copies holding the output open) and report SIGKILL (137)."""
+
+    def _run(self, argv: list[str], *, stdin: bytes | None, env: dict[str, str], timeout: float, cap: int):
+        env = {**env, EXEC_MARK: uuid.uuid4().hex}
+        return self._exec(argv, stdin=stdin, env=env, deadline=time.monotonic() + timeout + GRACE_S, cap=cap)
 
     def exec(
         self,
@@ -197,11 +210,11 @@ class Sandbox(abc.ABC):
         timeout = self.config.exec_timeout_s if timeout is None else timeout
         data = stdin.encode() if isinstance(stdin, str) else stdin
         start = time.monotonic()
-        code, out, err = self._exec(
+        code, out, err = self._run(
             wrap_command(cmd, cwd=cwd, timeout=timeout),
             stdin=data,
             env=self.config.environment(env),
-            deadline=start + timeout + 5.0,  # the in-sandbox timeout fires first; this guards the engine
+            timeout=timeout,  # the in-sandbox timeout fires first; the deadline catches what escaped it
             cap=self.config.output_cap_bytes,
         )
         duration = (time.monotonic() - start) * 1000
@@ -237,11 +250,11 @@ class Sandbox(abc.ABC):
         """Run a command for its raw stdout (file transfer); stderr goes to the error."""
         self._check_usable()
         timeout = self.config.exec_timeout_s if timeout is None else timeout
-        code, out, err = self._exec(
+        code, out, err = self._run(
             wrap_command(cmd, cwd=None, timeout=timeout),
             stdin=stdin,
             env=self.config.environment(),
-            deadline=time.monotonic() + timeout + 5.0,
+            timeout=timeout,
             cap=1 << 62,
         )
         if code != 0 and not self.alive():

@@ -86,7 +86,11 @@ class Cgroup:
         return 0
 
     def destroy(self) -> None:
-        """Kill whatever still runs in the group and remove it."""
+        """Kill whatever still runs in the group and remove it. New forks are refused first
+        (``pids.max`` 0), so a fork bomb cannot outrun the kill loop."""
+        for d in self.dirs:
+            with contextlib.suppress(OSError):
+                (d / "pids.max").write_text("0")
         for _ in range(50):
             pids = self.pids()
             if not pids:

@@ -24,9 +24,10 @@ def check_backend(backend: str) -> tuple[bool, str]:
             if backend == "docker":
                 from sandboxes.engine import engine_version
 
-                what = f"{engine_version(sb.host)} at {sb.host}, image {config.image}"
+                what = f"{engine_version(sb.host)} at {sb.host}, image {config.image}, disk: {sb.describe()['disk']}"
             else:
-                what = f"bwrap, {sb.describe()['limits']}"
+                info = sb.describe()
+                what = f"bwrap, {info['limits']}, disk: {info['disk']}, root: {info['root']}"
         return True, f"{backend}: ok ({what}, start {start_ms:.0f} ms, exec {exec_ms:.0f} ms)"
     except SandboxError as exc:
         return False, f"{backend}: unavailable ({exc})"

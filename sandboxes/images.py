@@ -21,12 +21,22 @@ from importlib import resources
 from pathlib import Path
 
 from sandboxes.base import SandboxError
-from sandboxes.paths import cache_dir
+from sandboxes.paths import cache_dir, state_dir
 
 SUITE = "bookworm"
+#: What agents reach for, in both backends (the terminal image is built from this root):
+#: editors, pagers, network clients (for jobs that allow network), VCS, compilers, archives.
 ROOT_PACKAGES = (
-    "bash", "coreutils", "git", "python3", "python3-pytest", "python3-venv", "tmux", "procps", "less",
-    "vim-tiny", "patch", "diffutils", "findutils", "grep", "sed", "file", "util-linux", "ca-certificates",
+    "bash", "coreutils", "findutils", "grep", "sed", "gawk", "util-linux", "procps", "iproute2", "file",
+    "less", "vim", "nano", "patch", "diffutils", "tree", "tmux", "git", "openssh-client", "ca-certificates",
+    "curl", "wget", "jq", "sqlite3", "ripgrep", "zip", "unzip", "xz-utils", "bzip2",
+    "python3", "python3-pytest", "python3-venv", "build-essential",
+)  # fmt: skip
+#: The commands that prove the root has them (tested on both backends, listed in the README).
+TOOLS = (
+    "bash", "vim", "vi", "nano", "less", "curl", "wget", "jq", "git", "python3", "pytest", "gcc", "g++", "make",
+    "unzip", "zip", "tree", "ps", "top", "ip", "file", "patch", "diff", "ssh", "sqlite3", "rg", "tar", "xz",
+    "bzip2", "tmux", "awk", "find", "grep", "sed",
 )  # fmt: skip
 BASE_IMAGE = f"localhost/trajforge-base:{SUITE}"
 IMAGES = {"terminal": "localhost/trajforge-terminal:latest", "swe": "localhost/trajforge-swe:latest"}
@@ -71,6 +81,27 @@ def local_root() -> Path:
     return path if path.is_dir() else build_root()
 
 
+def mounted_root(root: Path) -> Path:
+    """The root as its own read-only file system: an ext4 image of the folder (made once per
+    recipe, about half a minute), loop-mounted once per host under the state dir. Bound as a
+    sandbox's ``/``, it shows in the sandbox's mount table as ``/dev/loopN``, not as the
+    cache folder's host path. OSError says why it cannot (no root, no mkfs.ext4)."""
+    from sandboxes.disk import make_ext4, mount_image, mounts_under
+
+    image = root.with_name(root.name + ".img")
+    point = state_dir() / "roots" / root.name
+    with _build_lock("root-image"):
+        if not image.exists():
+            size_mb = int(subprocess.run(["du", "-smx", str(root)], capture_output=True, text=True).stdout.split()[0])
+            tmp = image.with_name(image.name + ".tmp")
+            make_ext4(tmp, size_mb * 5 // 4 + 64, content=root)
+            tmp.rename(image)
+        if not mounts_under(point):
+            point.mkdir(parents=True, exist_ok=True)
+            mount_image(image, point, read_only=True)
+    return point
+
+
 def build_root(*, force: bool = False, log=print) -> Path:
     final = root_path()
     with _build_lock("root"):
@@ -97,6 +128,10 @@ def build_root(*, force: bool = False, log=print) -> Path:
             (tmp / d).mkdir(parents=True, exist_ok=True)
         if force and final.exists():
             shutil.rmtree(final)
+            from sandboxes.disk import unmount_all_under
+
+            unmount_all_under(state_dir() / "roots" / final.name)  # its image is remade from the new folder
+            final.with_name(final.name + ".img").unlink(missing_ok=True)
         tmp.rename(final)
         return final
 

@@ -1,9 +1,10 @@
 """``LocalSandbox``: Linux namespaces over a read-only root, no container engine needed.
 
-``start`` runs bubblewrap over the root folder (read-only), a writable ``/work`` (a host
-folder under the state dir), a private ``/tmp``, new PID, network, IPC, UTS, user and
-cgroup namespaces, and a sleeping init; the init's cgroup carries the memory, CPU and
-process limits. Each ``exec`` enters those namespaces with ``nsenter`` (a new process in
+``start`` runs bubblewrap over the root folder (read-only), a writable ``/work`` and
+``/tmp`` on the sandbox's own size-limited disk (``sandboxes.disk``: a loop-mounted image
+of ``disk_mb``), new PID, network, IPC, UTS, user and cgroup namespaces, and a sleeping
+init with a clean environment; the init's cgroup carries the memory, CPU and process
+limits. Each ``exec`` enters those namespaces with ``nsenter`` (a new process in
 the same cgroup, with a clean environment), so background processes and files persist
 between calls while every command starts in about the time of a fork.
 """
@@ -19,14 +20,27 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-from sandboxes.base import WORKDIR, OutputCap, Sandbox, SandboxConfig, SandboxDied, SandboxError
+from sandboxes.base import (
+    BASE_ENV,
+    GRACE_S,
+    TIMEOUT_EXIT,
+    WORKDIR,
+    OutputCap,
+    Sandbox,
+    SandboxConfig,
+    SandboxDied,
+    SandboxError,
+)
 from sandboxes.cgroups import Cgroup
+from sandboxes.disk import Disk, claim, unmount_all_under
 from sandboxes.paths import state_dir
+from sandboxes.procs import EXEC_MARK, kill_exec, pids_in_namespace_of
 
-OWNER = "owner.json"
 BWRAP = os.environ.get("TRAJFORGE_BWRAP", "bwrap")  # another bubblewrap build, if needed
+SHM_MB = 64  # /dev/shm, in memory (as Docker's default shm_size)
 
 
 def sandboxes_dir() -> Path:
@@ -42,32 +56,47 @@ class LocalSandbox(Sandbox):
         super().__init__(config)
         self.id = f"{config.run_id}-{uuid.uuid4().hex[:10]}"
         self.dir = sandboxes_dir() / self.id
-        self.work = self.dir / "work"
+        self.disk: Disk | None = Disk(self.dir, config.disk_mb)
+        self.work = self.disk.folder("work")
         self.snapshots = self.dir / "snapshots"
         self._proc: subprocess.Popen | None = None
         self.init_pid: int | None = None
         self.cgroup: Cgroup | None = None
         self.limits_note = ""
+        self.disk_note = ""
+        self.root_note = ""
 
     # -- life cycle ------------------------------------------------------------------------
     def _root(self) -> Path:
         if self.config.root:
             root = Path(self.config.root)
         else:
-            from sandboxes.images import local_root
+            from sandboxes.images import local_root, mounted_root
 
             root = local_root()
+            try:  # its own file system, so that the mount table names no host folder
+                root = mounted_root(root)
+            except OSError as exc:
+                self.root_note = f"root bound from {root} ({exc.strerror or exc})"
         if not (root / "bin").exists() or not (root / WORKDIR.lstrip("/")).is_dir():
             raise SandboxError(f"{root}: not a sandbox root (needs bin/ and work/; run: trajforge sandboxes build)")
         return root
 
     def start(self) -> LocalSandbox:
-        if shutil.which(BWRAP) is None:
+        self._bwrap = shutil.which(BWRAP)
+        if self._bwrap is None:
             raise SandboxError(f"{BWRAP} is not installed (apt-get install bubblewrap, or make test)")
         root = self._root()
-        self.work.mkdir(parents=True)
+        claim(self.dir, self.config.run_id)
         self.snapshots.mkdir()
-        (self.dir / OWNER).write_text(json.dumps({"pid": os.getpid(), "run_id": self.config.run_id}))
+        try:
+            self.disk.create()
+        except OSError as exc:  # no root or no loop devices: a plain folder, and say so
+            self.disk.destroy()
+            self.disk = None
+            self.work = self.dir / "work"
+            self.work.mkdir()
+            self.disk_note = f"no disk quota ({exc.strerror or exc}); /work is a host folder"
         self.cgroup = Cgroup(self.id, memory_bytes=self.config.memory_mb << 20, pids=self.config.pids, cpus=self.config.cpus)
         try:
             self.cgroup.create()
@@ -81,9 +110,12 @@ class LocalSandbox(Sandbox):
 
     def _spawn(self, root: Path) -> None:
         read_fd, write_fd = os.pipe()
+        size = str(self.config.disk_mb << 20)
+        tmp = ["--bind", str(self.disk.folder("tmp")), "/tmp"] if self.disk else ["--size", size, "--tmpfs", "/tmp"]
         argv = [
-            BWRAP, "--ro-bind", str(root), "/", "--bind", str(self.work), WORKDIR,
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all",
+            self._bwrap, "--ro-bind", str(root), "/", "--bind", str(self.work), WORKDIR, "--dev", "/dev",
+            "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc", *tmp,
+            "--unshare-all",
             *(["--share-net"] if self.config.network else []),
             "--hostname", "sandbox", "--die-with-parent", "--new-session", "--chdir", WORKDIR,
             "--info-fd", str(write_fd), "--clearenv", "--", "sleep", "infinity",
@@ -97,7 +129,7 @@ class LocalSandbox(Sandbox):
                 stderr=subprocess.PIPE,
                 pass_fds=(write_fd,),
                 start_new_session=True,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                env=dict(BASE_ENV),  # bwrap is the sandbox's PID 1: its environment is readable inside
                 preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None,
             )
         finally:
@@ -155,6 +187,9 @@ class LocalSandbox(Sandbox):
         self._stop()
         if self.cgroup is not None:
             self.cgroup.destroy()
+        if self.disk is not None:
+            self.disk.destroy()
+        unmount_all_under(self.dir)  # never rmtree through a live mount
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- commands ---------------------------------------------------------------------------
@@ -167,7 +202,7 @@ class LocalSandbox(Sandbox):
             "nsenter", "-t", str(self.init_pid), "-U", "--preserve-credentials", "-m", "-u", "-i", "-n", "-p",
             "-C", "-r", "-w", "--", "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()),
         ]  # fmt: skip
-        cgroup = self.cgroup
+        cgroup, init_pid = self.cgroup, self.init_pid
         proc = subprocess.Popen(
             enter + argv,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -177,13 +212,18 @@ class LocalSandbox(Sandbox):
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None,
         )
-        return collect(proc, stdin, deadline, cap)
+        # nsenter leads the exec's session: its pid is the session of all the exec starts
+        sweep = lambda: kill_exec(lambda: pids_in_namespace_of(init_pid), env[EXEC_MARK], (proc.pid,))  # noqa: E731
+        return collect(proc, stdin, deadline, cap, on_deadline=sweep)
 
     # -- resets -----------------------------------------------------------------------------
     def snapshot(self) -> str:
         self._check_usable()
         snap = f"snap-{len(list(self.snapshots.iterdir())):04d}"
-        subprocess.run(["cp", "-a", "--reflink=auto", str(self.work), str(self.snapshots / snap)], check=True)
+        if self.disk is not None:
+            self.disk.save(self.snapshots / snap)
+        else:
+            subprocess.run(["cp", "-a", "--reflink=auto", str(self.work), str(self.snapshots / snap)], check=True)
         return snap
 
     def restore(self, snapshot: str) -> None:
@@ -193,16 +233,25 @@ class LocalSandbox(Sandbox):
         if not source.is_dir():
             raise SandboxError(f"no snapshot {snapshot!r} in local sandbox {self.id}")
         self._stop()
-        shutil.rmtree(self.work)
-        subprocess.run(["cp", "-a", "--reflink=auto", str(source), str(self.work)], check=True)
+        if self.disk is not None:  # mount-backed folders: emptied and refilled, not replaced
+            self.disk.load(source)
+        else:
+            shutil.rmtree(self.work)
+            subprocess.run(["cp", "-a", "--reflink=auto", str(source), str(self.work)], check=True)
         self._spawn(self._root())
 
     def describe(self) -> dict:
-        return {**super().describe(), "id": self.id, "limits": self.limits_note or "cgroup"}
+        disk = self.disk_note or f"{self.config.disk_mb} MB loop-mounted ext4 for /work and /tmp"
+        root = self.root_note or "a read-only image of the Debian root"
+        return {**super().describe(), "id": self.id, "limits": self.limits_note or "cgroup", "disk": disk, "root": root}
 
 
-def collect(proc: subprocess.Popen, stdin: bytes | None, deadline: float, cap: int) -> tuple[int, OutputCap, OutputCap]:
-    """Feed stdin, read both pipes up to ``cap`` (draining the rest), kill at ``deadline``."""
+def collect(
+    proc: subprocess.Popen, stdin: bytes | None, deadline: float, cap: int, on_deadline: Callable[[], object] = lambda: None
+) -> tuple[int, OutputCap, OutputCap]:
+    """Feed stdin, read both pipes up to ``cap`` (draining the rest). At ``deadline`` kill the
+    process group and call ``on_deadline`` (which kills what escaped it); a pipe still open
+    after that (held by something beyond reach) is abandoned, and the exit is SIGKILL's."""
     out, err = OutputCap(cap), OutputCap(cap)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -219,8 +268,12 @@ def collect(proc: subprocess.Popen, stdin: bytes | None, deadline: float, cap: i
     while open_reads:
         remaining = deadline - time.monotonic()
         if remaining <= 0 and not killed:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            on_deadline()
             killed = True
+        elif remaining <= -GRACE_S:
+            break
         for key, _ in sel.select(timeout=max(min(remaining, 1.0), 0.05)):
             if key.data is None:  # stdin writable
                 try:
@@ -242,6 +295,8 @@ def collect(proc: subprocess.Popen, stdin: bytes | None, deadline: float, cap: i
     code = proc.wait()
     if code < 0:  # killed by a signal: report it as a shell does (128 + signal)
         code = 128 - code
+    if killed:
+        code = TIMEOUT_EXIT
     for f in (proc.stdout, proc.stderr, proc.stdin):
         if f and not f.closed:
             f.close()
