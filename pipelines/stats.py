@@ -1,4 +1,9 @@
-"""Store statistics: transitions per domain, run and day, bytes, and the failed-step ratio."""
+"""Store statistics: transitions per domain, run and day, bytes, and the failed-step ratio.
+
+Counts cover the shards a query reads (listed and verified); what is left out is reported:
+``unlisted`` names finished shards that no manifest lists (a lost or refused manifest, run
+``trajforge shards repair``), ``warnings`` every run or shard skipped, one line each.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ class StoreStats:
     by_domain: list[tuple[str, int, int, int]] = field(default_factory=list)  # domain, transitions, trajectories, failed
     by_run: list[tuple[str, str, int, int]] = field(default_factory=list)  # domain, run, transitions, bytes
     by_day: list[tuple[str, int]] = field(default_factory=list)
+    unlisted: list[str] = field(default_factory=list)  # finished shard files no manifest lists
+    warnings: list[str] = field(default_factory=list)  # runs and shards left out, one line each
 
     @property
     def failed_ratio(self) -> float:
@@ -43,8 +50,14 @@ def store_stats(store: str | Store) -> StoreStats:
             "SELECT CAST(provenance.collected_at AS DATE) AS day, count(*) FROM transitions GROUP BY 1 ORDER BY 1"
         ).fetchall()
     ]
-    for run in store.runs("raw"):
-        stats.by_run.append((run.domain, run.run_id, run.manifest.rows, run.manifest.bytes))
-        stats.bytes += run.manifest.bytes
-        stats.shards += len(run.manifest.shards)
+    by_run: dict[tuple[str, str], list[int]] = {}
+    for shard in store.readable_shards("raw"):  # the shards the views read
+        counts = by_run.setdefault((shard.run.domain, shard.run.run_id), [0, 0])
+        counts[0] += shard.entry.rows
+        counts[1] += shard.entry.bytes
+        stats.bytes += shard.entry.bytes
+        stats.shards += 1
+    stats.by_run = [(domain, run_id, rows, size) for (domain, run_id), (rows, size) in by_run.items()]
+    stats.unlisted = store.unlisted("raw")
+    stats.warnings = list(store.warnings)
     return stats

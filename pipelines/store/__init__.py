@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipelines.store.fs import StoreFS
-from pipelines.store.layout import Run, list_runs, part_name
+from pipelines.store.layout import Run, part_name
 from pipelines.store.manifest import RunManifest, ShardEntry
 from pipelines.store.reader import Shard, Store
 from pipelines.store.repair import RepairReport, repair
@@ -21,7 +21,6 @@ __all__ = [
     "StoreFS",
     "StoreWriter",
     "WriterOptions",
-    "list_runs",
     "open_shard",
     "part_name",
     "read_shard",

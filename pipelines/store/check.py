@@ -1,9 +1,11 @@
 """``trajforge shards validate``: check a store, a run folder or one shard file.
 
-Checks each shard's magic, footer, schema and version, decodes every record batch, and
-compares rows, size and sha256 with its manifest entry; ``deep`` also checks every record
-(derived ids, hashes, JSON fields, spans). Each problem is one line naming the file; one
-bad shard never stops the others from being checked.
+Checks each run manifest's shape, that every run folder and shard lies inside the store
+and its run folder, each shard's magic, footer, schema and version, decodes every record
+batch, and compares rows, size and sha256 with its manifest entry; ``deep`` also checks
+every record (derived ids, hashes, JSON fields, spans). Shards that no manifest lists (a
+lost or refused manifest) are problems too: readers leave their rows out. Each problem is
+one line naming the file; one bad file never stops the others from being checked.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from pipelines.store.fs import StoreFS
 from pipelines.store.layout import is_part_name, run_dirs
 from pipelines.store.manifest import MANIFEST, RunManifest, ShardEntry
-from pipelines.store.shards import PARTIAL_SUFFIX, file_sha256, stored_batches
+from pipelines.store.shards import PARTIAL_SUFFIX, verify_shard
 from schemas.arrow import from_shard
-from schemas.errors import ShardError, StoreError
+from schemas.errors import ShardError, StoreError, one_line
 from schemas.validate import batch_problems
 from schemas.versions import migrate, schema_for
 
@@ -33,27 +37,22 @@ class CheckReport:
     def ok(self) -> bool:
         return not self.problems
 
+    def add(self, problem: str) -> None:
+        """Record a problem as one line (file names in it may hold any character)."""
+        self.problems.append(one_line(problem))
+
 
 def check_shard(sfs: StoreFS, path: str, entry: ShardEntry | None, report: CheckReport, *, deep: bool = False) -> None:
+    def records(first: int, version: int, batch: pa.RecordBatch) -> None:
+        for row, problem in batch_problems(migrate(from_shard(batch, schema_for(version)), version)):
+            report.add(f"{path}: row {first + row}: {problem}")
+
     try:
-        rows, version = 0, None
-        for version, batch in stored_batches(sfs, path, full_check=True):
-            rows += batch.num_rows
-            if deep:
-                for row, problem in batch_problems(migrate(from_shard(batch, schema_for(version)), version)):
-                    report.problems.append(f"{path}: row {rows - batch.num_rows + row}: {problem}")
-        if entry is not None:
-            if entry.rows != rows:
-                raise ShardError(path, f"has {rows} rows, manifest says {entry.rows}")
-            size = sfs.info(path).size
-            if size != entry.bytes:
-                raise ShardError(path, f"is {size} bytes, manifest says {entry.bytes}")
-            if file_sha256(sfs, path) != entry.sha256:
-                raise ShardError(path, "sha256 differs from the manifest (file changed after it was finished)")
-            if version is not None and entry.schema_version != version:
-                raise ShardError(path, f"is schema v{version}, manifest says v{entry.schema_version}")
+        if sfs.info(path).type.name != "File":
+            raise ShardError(path, "not a regular file")
+        rows, _ = verify_shard(sfs, path, entry, on_batch=records if deep else None)
     except ShardError as exc:
-        report.problems.append(str(exc))
+        report.add(str(exc))
         return
     report.shards_ok += 1
     report.rows += rows
@@ -63,27 +62,38 @@ def check_run(sfs: StoreFS, run_dir: str, report: CheckReport, *, deep: bool = F
     try:
         manifest = RunManifest.load(sfs, run_dir)
     except StoreError as exc:
-        report.problems.append(str(exc))
+        report.add(str(exc))
         manifest = None
     listed = {s.path: s for s in manifest.shards} if manifest else {}
     present = {i.base_name for i in sfs.listdir(run_dir)}
-    if manifest is None and f"{MANIFEST}" not in present:
-        report.problems.append(f"{run_dir}: no {MANIFEST} (run never finished a shard, or it was lost)")
+    if manifest is None and MANIFEST not in present:
+        shards = sum(is_part_name(n) for n in present)
+        lost = f"; its {shards} finished shards are not read (run: trajforge shards repair)" if shards else ""
+        report.add(f"{run_dir}: no {MANIFEST} (run never finished a shard, or it was lost){lost}")
     for name in sorted(present):
         path = f"{run_dir}/{name}"
         if name.endswith(PARTIAL_SUFFIX):
-            report.problems.append(f"{path}: unfinished shard left by a killed writer (run: trajforge shards repair)")
-        elif is_part_name(name) and name not in listed and manifest is not None:
-            report.problems.append(f"{path}: finished shard not in the manifest (run: trajforge shards repair)")
-            check_shard(sfs, path, None, report, deep=deep)
-        elif is_part_name(name) and manifest is None:
-            check_shard(sfs, path, None, report, deep=deep)
+            report.add(f"{path}: unfinished shard left by a killed writer (run: trajforge shards repair)")
+        elif is_part_name(name) and name not in listed:
+            why = "not in the manifest" if manifest is not None else "listed by no readable manifest"
+            report.add(f"{path}: finished shard {why} (run: trajforge shards repair)")
+            _check_inside(sfs, run_dir, name, None, report, deep=deep)
     for name, entry in sorted(listed.items()):
-        path = f"{run_dir}/{name}"
         if name not in present:
-            report.problems.append(f"{path}: listed in the manifest but missing")
+            report.add(f"{run_dir}/{name}: listed in the manifest but missing")
         else:
-            check_shard(sfs, path, entry, report, deep=deep)
+            _check_inside(sfs, run_dir, name, entry, report, deep=deep)
+
+
+def _check_inside(sfs: StoreFS, run_dir: str, name: str, entry: ShardEntry | None, report: CheckReport, *,
+                  deep: bool) -> None:  # fmt: skip
+    """Check a shard of a run folder, if it lies inside the folder (else it is not read)."""
+    try:
+        path = sfs.confine(run_dir, name)
+    except StoreError as exc:
+        report.add(str(exc))
+        return
+    check_shard(sfs, path, entry, report, deep=deep)
 
 
 def check_path(path: str, *, deep: bool = False) -> CheckReport:
@@ -98,13 +108,13 @@ def check_path(path: str, *, deep: bool = False) -> CheckReport:
         try:
             manifest = RunManifest.load(sfs, run_dir)
         except StoreError as exc:
-            report.problems.append(str(exc))
+            report.add(str(exc))
             manifest = None
         entry = manifest.entry(posixpath.basename(sfs.root)) if manifest else None
         check_shard(sfs, sfs.root, entry, report, deep=deep)
     elif any(sfs.is_dir(sfs.join(tree)) for tree in TREES):
         for tree in TREES:
-            for _, _, run_dir in run_dirs(sfs, tree):
+            for _, _, run_dir in run_dirs(sfs, tree, on_outside=report.add):
                 check_run(sfs, run_dir, report, deep=deep)
     elif sfs.exists(sfs.join(MANIFEST)) or any(is_part_name(i.base_name) for i in sfs.listdir(sfs.root)):
         check_run(sfs, sfs.root, report, deep=deep)

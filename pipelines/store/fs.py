@@ -36,6 +36,12 @@ def state_root() -> str:
     return os.environ.get(STATE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "trajforge", "state")
 
 
+def inside(base: str, path: str) -> bool:
+    """Whether ``path`` is ``base`` or lies under it, by the text alone (``..`` resolved)."""
+    base, path = posixpath.normpath(base), posixpath.normpath(path)
+    return path == base or path.startswith(base.rstrip("/") + "/")
+
+
 def _patient(fs: pafs.FileSystem) -> pafs.FileSystem:
     """An S3 file system with timeouts for busy servers: the SDK's default gives up on a
     request that sends nothing for 3 s, which a loaded S3-compatible server can exceed."""
@@ -86,6 +92,36 @@ class StoreFS:
     def rel(self, path: str) -> str:
         """``path`` relative to the store root."""
         return posixpath.relpath(path, self.root)
+
+    # -- confinement ---------------------------------------------------------------------------
+    def confine(self, base: str, name: str) -> str:
+        """The path of ``name`` inside the folder ``base``, or StoreError naming it when it
+        lies outside: an absolute path or ``..`` on any store (a check of the text, which is
+        all an object store has), and on a local store also a symbolic link leading out.
+        Every path a manifest or a listing names goes through here before it is read."""
+        path = posixpath.join(base, name)
+        if posixpath.isabs(name) or not inside(base, path):
+            raise StoreError(f"{self.uri(base)}: {name!r} lies outside this folder")
+        if self.local and not inside(os.path.realpath(base), os.path.realpath(path)):
+            raise StoreError(f"{self.uri(path)}: a symbolic link leading outside {self.uri(base)}")
+        return path
+
+    def stamp(self, path: str) -> tuple[str, str, int] | None:
+        """(identity, stamp, mtime_ns) of a file, for remembering what was verified: the real
+        path and size, mtime, ctime, inode and device on a local store (any write changes
+        one); the URI with the endpoint, size and mtime on an object store. None if missing."""
+        if self.local:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None
+            stamp = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}:{st.st_dev}"
+            return os.path.realpath(path), stamp, max(st.st_mtime_ns, st.st_ctime_ns)
+        info = self.info(path)
+        if info.type != pafs.FileType.File or info.mtime_ns is None:
+            return None
+        endpoint = self.fs.__reduce__()[1][0].get("endpoint_override", "") if self.scheme == "s3" else ""
+        return f"{endpoint}|{self.uri(path)}", f"{info.size}:{info.mtime_ns}", info.mtime_ns
 
     # -- local state of object stores ----------------------------------------------------------
     def local_path(self, path: str) -> str:

@@ -11,30 +11,15 @@ curation first (a curation is one unit). One listing serves them all.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipelines.store.fs import StoreFS
 from pipelines.store.manifest import RunManifest
-from pipelines.store.shards import SHARD_SUFFIX
+from pipelines.store.shards import is_part_name, parse_part_index, part_name
+from schemas.errors import StoreError
 
-_PART = re.compile(r"^part-(\d{5,})\.arrow$")
-
-
-def part_name(index: int) -> str:
-    return f"part-{index:05d}{SHARD_SUFFIX}"
-
-
-def parse_part_index(name: str) -> int:
-    m = _PART.match(name)
-    if not m:
-        raise ValueError(f"not a shard name: {name!r}")
-    return int(m.group(1))
-
-
-def is_part_name(name: str) -> bool:
-    return bool(_PART.match(name))
-
+__all__ = ["Run", "is_part_name", "parse_part_index", "part_name", "run_dir", "run_dirs"]
 
 RUN_FIRST = frozenset({"curated", "rejected"})
 
@@ -57,8 +42,10 @@ class Run:
         return [f"{self.dir}/{s.path}" for s in self.manifest.shards]
 
 
-def run_dirs(sfs: StoreFS, kind: str = "raw") -> list[tuple[str, str, str]]:
-    """(domain, run_id, dir) of every run folder under ``<store>/<kind>``."""
+def run_dirs(sfs: StoreFS, kind: str = "raw", on_outside: Callable[[str], None] | None = None) -> list[tuple[str, str, str]]:
+    """(domain, run_id, dir) of every run folder under ``<store>/<kind>``. A folder that
+    resolves outside the store (a symbolic link leading out) is left out, and its one-line
+    reason given to ``on_outside``."""
     from schemas.transition import DOMAINS
 
     found = []
@@ -69,16 +56,13 @@ def run_dirs(sfs: StoreFS, kind: str = "raw") -> list[tuple[str, str, str]]:
             if inner.type.name != "Directory":
                 continue
             domain, run_id = (inner.base_name, outer.base_name) if kind in RUN_FIRST else (outer.base_name, inner.base_name)
-            if domain in DOMAINS:
-                found.append((domain, run_id, inner.path))
+            if domain not in DOMAINS:
+                continue
+            try:
+                sfs.confine(sfs.root, sfs.rel(inner.path))
+            except StoreError as exc:
+                if on_outside is not None:
+                    on_outside(f"{exc} (run folder not read)")
+                continue
+            found.append((domain, run_id, inner.path))
     return found
-
-
-def list_runs(sfs: StoreFS, kind: str = "raw") -> list[Run]:
-    """Runs with a manifest; a run folder without one has no finished shard yet."""
-    runs = []
-    for domain, run_id, path in run_dirs(sfs, kind):
-        manifest = RunManifest.load(sfs, path)
-        if manifest is not None:
-            runs.append(Run(kind, domain, run_id, path, manifest))
-    return runs

@@ -1,27 +1,36 @@
-"""Reading a store: the finished shards its manifests list, lifted to the current schema.
+"""Reading a store: the verified shards its manifests list, lifted to the current schema.
 
 Readers see only shards listed in a run manifest, so a writer's ``.partial`` file or a
 half-written run is never read. ``Store.dataset`` gives a lazy pyarrow dataset (for
 DuckDB, with projection and filter pushdown); shards of older schema versions come as a
 migrating batch stream beside it.
+
+A store is input that may be damaged or hostile, and one bad file never stops the rest:
+a run whose folder or manifest is refused (a path leading outside its folder, not JSON,
+the wrong shape), and a shard that is missing, not a regular file, leads outside its run
+folder or fails verification (see ``pipelines.store.verified``), is left out with one
+warning line naming it. Shards that no manifest lists are reported the same way.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.dataset as pads
 
 from pipelines.store.fs import StoreFS
-from pipelines.store.layout import Run, list_runs
-from pipelines.store.manifest import ShardEntry
-from pipelines.store.shards import open_shard, read_shard
+from pipelines.store.layout import Run, is_part_name, run_dirs
+from pipelines.store.manifest import RunManifest, ShardEntry
+from pipelines.store.shards import read_shard, verify_shard
+from pipelines.store.verified import Stamp, VerifiedCache
 from schemas.arrow import from_record_batch, from_shard
-from schemas.errors import ShardError, StoreError
+from schemas.errors import ShardError, StoreError, one_line
 from schemas.transition import Transition
 from schemas.versions import current_version, migrate, schema_for, shard_schema_for
 
@@ -44,41 +53,140 @@ class Relation:
     on_disk_layout: bool
 
 
-def _warn(message: str) -> None:
+@dataclass
+class Scan:
+    """One tree of a store as listed: its runs, and the finished shards no manifest lists."""
+
+    runs: list[Run] = field(default_factory=list)
+    unlisted: list[str] = field(default_factory=list)
+    listings: dict[str, dict[str, object]] = field(default_factory=dict)  # run folder -> name -> FileInfo
+
+
+def _stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
 class Store:
-    """A trajforge store at a local path or URI."""
+    """A trajforge store at a local path or URI.
 
-    def __init__(self, uri: str | os.PathLike[str], *, must_exist: bool = True) -> None:
+    ``warnings`` collects every problem met while reading, each once and one line;
+    ``on_warning`` (default: print to stderr) sees each as it is found."""
+
+    def __init__(
+        self,
+        uri: str | os.PathLike[str],
+        *,
+        must_exist: bool = True,
+        on_warning: Callable[[str], None] = _stderr,
+        verified: VerifiedCache | None = None,
+    ) -> None:
         self.uri = os.fspath(uri)
         self.sfs = StoreFS.open(self.uri)
         if must_exist and not self.sfs.is_dir(self.sfs.root):
             raise StoreError(f"{self.uri}: no such store")
+        self.warnings: list[str] = []
+        self.on_warning = on_warning
+        self.verified = verified or VerifiedCache()
+
+    def warn(self, message: str) -> None:
+        message = one_line(message)
+        if message not in self.warnings:
+            self.warnings.append(message)
+            self.on_warning(message)
+
+    # -- listing -------------------------------------------------------------------------------
+    def scan(self, kind: str = "raw") -> Scan:
+        """Every run folder of a tree: runs whose manifest is sound, and unlisted shards."""
+        scan = Scan()
+        sfs = self.sfs
+        for domain, run_id, path in run_dirs(sfs, kind, on_outside=self.warn):
+            try:
+                manifest = RunManifest.load(sfs, path)
+            except StoreError as exc:
+                self.warn(f"skipped {exc}; its run is not read")
+                manifest = None
+            listing = {i.base_name: i for i in sfs.listdir(path)}
+            listed = {e.path for e in manifest.shards} if manifest else set()
+            for name in sorted(n for n in listing if is_part_name(n) and n not in listed):
+                scan.unlisted.append(f"{path}/{name}")
+                why = "not in its run's manifest" if manifest else "in a run folder with no readable manifest"
+                self.warn(f"{path}/{name}: finished shard {why}, not read (run: trajforge shards repair)")
+            if manifest is not None:
+                scan.runs.append(Run(kind, domain, run_id, path, manifest))
+                scan.listings[path] = listing
+        return scan
 
     def runs(self, kind: str = "raw") -> list[Run]:
-        return list_runs(self.sfs, kind)
+        return self.scan(kind).runs
+
+    def unlisted(self, kind: str = "raw") -> list[str]:
+        """Finished shard files that no manifest lists (their rows are not read)."""
+        return self.scan(kind).unlisted
 
     def shards(self, kind: str = "raw") -> list[Shard]:
         return [Shard(run, entry) for run in self.runs(kind) for entry in run.manifest.shards]
 
-    def readable_shards(self, kind: str = "raw", on_skip: Callable[[str], None] = _warn) -> list[Shard]:
-        """Listed shards whose file opens and has its listed size; others are reported and skipped."""
-        good = []
-        for shard in self.shards(kind):
-            try:
-                info = self.sfs.info(shard.path)
-                if info.type.name == "NotFound":
-                    raise ShardError(shard.path, "listed in the manifest but missing")
-                if info.size != shard.entry.bytes:
-                    raise ShardError(shard.path, f"size {info.size} differs from the manifest's {shard.entry.bytes}")
-                open_shard(self.sfs, shard.path)
-            except ShardError as exc:
-                on_skip(f"skipped {exc}")
+    # -- verified reading ----------------------------------------------------------------------
+    def readable_shards(
+        self, kind: str = "raw", on_skip: Callable[[str], None] | None = None, *, run_id: str | None = None
+    ) -> list[Shard]:
+        """Listed shards (of run ``run_id`` if given) that lie inside their run folder, are
+        regular files of the listed size and are verified; others are reported and skipped."""
+        skip = on_skip or self.warn
+        scan = self.scan(kind)
+        candidates: list[tuple[Shard, Stamp | None]] = []
+        for run in scan.runs:
+            if run_id is not None and run.run_id != run_id:
                 continue
-            good.append(shard)
-        return good
+            listing = scan.listings[run.dir]
+            for entry in run.manifest.shards:
+                shard = Shard(run, entry)
+                try:
+                    self._check_listed(shard, listing.get(entry.path))
+                except (ShardError, StoreError) as exc:
+                    skip(f"skipped {exc}")
+                    continue
+                candidates.append((shard, VerifiedCache.stamp(self.sfs, shard.path, entry.sha256)))
+        todo = [(shard, stamp) for shard, stamp in candidates if stamp is None or not self.verified.known(stamp)]
+        bad = self._verify(todo, skip)
+        return [shard for shard, _ in candidates if shard.path not in bad]
+
+    def _check_listed(self, shard: Shard, info) -> None:
+        """The cheap checks: inside the run folder, a regular file, the listed size."""
+        self.sfs.confine(shard.run.dir, shard.entry.path)
+        if info is None or info.type.name == "NotFound":
+            raise ShardError(shard.path, "listed in the manifest but missing")
+        if info.type.name != "File":
+            raise ShardError(shard.path, "not a regular file")
+        if info.size != shard.entry.bytes:
+            raise ShardError(shard.path, f"size {info.size} differs from the manifest's {shard.entry.bytes}")
+
+    def _verify(self, todo: list[tuple[Shard, Stamp | None]], skip: Callable[[str], None]) -> set[str]:
+        """Verify shards not known good (a few at a time: hashing and zstd release the GIL);
+        remember the good ones; the paths of the bad ones."""
+
+        def one(item: tuple[Shard, Stamp | None]) -> tuple[int, str | None]:
+            shard, _ = item
+            started = time.time_ns()
+            try:
+                verify_shard(self.sfs, shard.path, shard.entry)
+            except ShardError as exc:
+                return started, str(exc)
+            return started, None
+
+        bad: set[str] = set()
+        good: list[tuple[Stamp, int]] = []
+        if not todo:
+            return bad
+        with ThreadPoolExecutor(min(4, os.cpu_count() or 1, len(todo))) as pool:
+            for (shard, stamp), (started, problem) in zip(todo, pool.map(one, todo), strict=True):
+                if problem is not None:
+                    bad.add(shard.path)
+                    skip(f"skipped {problem}")
+                elif stamp is not None and VerifiedCache.stamp(self.sfs, shard.path, shard.entry.sha256) == stamp:
+                    good.append((stamp, started))  # unchanged while it was read
+        self.verified.remember(good)
+        return bad
 
     def iter_batches(self, kind: str = "raw") -> Iterator[pa.RecordBatch]:
         for shard in self.readable_shards(kind):
@@ -96,9 +204,7 @@ class Store:
         each older version is a stream of batches lifted to the current logical schema.
         """
         by_version: dict[int, list[str]] = {}
-        for shard in self.readable_shards(kind):
-            if run_id is not None and shard.run.run_id != run_id:
-                continue
+        for shard in self.readable_shards(kind, run_id=run_id):
             by_version.setdefault(shard.entry.schema_version, []).append(shard.path)
         cur = current_version()
         sources: list[Relation] = []

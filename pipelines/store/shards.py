@@ -8,8 +8,10 @@ schema version. A ``.partial`` file is an IPC file without its footer yet: after
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,22 +22,43 @@ from schemas.arrow import from_shard
 from schemas.errors import SchemaError, ShardError
 from schemas.versions import migrate, schema_for, schema_problem, version_of
 
+if TYPE_CHECKING:
+    from pipelines.store.manifest import ShardEntry
+
 ARROW_MAGIC = b"ARROW1"
 SHARD_SUFFIX = ".arrow"
 PARTIAL_SUFFIX = ".partial"
+_PART = re.compile(r"part-(\d{5,})\.arrow")
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}{SHARD_SUFFIX}"
+
+
+def parse_part_index(name: str) -> int:
+    m = _PART.fullmatch(name)
+    if not m:
+        raise ValueError(f"not a shard name: {name!r}")
+    return int(m.group(1))
+
+
+def is_part_name(name: str) -> bool:
+    """A finished shard's file name, ``part-NNNNN.arrow``: a plain name, never a path."""
+    return bool(_PART.fullmatch(name))
 
 
 def _describe(exc: Exception) -> str:
     return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
 
 
-def open_shard(sfs: StoreFS, path: str) -> tuple[ipc.RecordBatchFileReader, int]:
-    """Open a finished shard; ShardError names what is wrong with a foreign or broken file."""
+def open_shard(sfs: StoreFS, path: str, source: pa.NativeFile | None = None) -> tuple[ipc.RecordBatchFileReader, int]:
+    """Open a finished shard (its bytes from ``source`` when given, e.g. already in memory);
+    ShardError names what is wrong with a foreign or broken file."""
     try:
-        f = sfs.fs.open_input_file(path)
+        f = sfs.fs.open_input_file(path) if source is None else source
+        head = f.read(6)
     except (OSError, pa.ArrowException) as exc:
         raise ShardError(path, f"cannot open: {_describe(exc)}") from None
-    head = f.read(6)
     if head != ARROW_MAGIC:
         f.close()
         raise ShardError(path, "not an Arrow IPC file (no ARROW1 magic)")
@@ -70,11 +93,11 @@ class RowSpan:
     batch_rows: tuple[int, ...]
 
 
-def stored_batches(sfs: StoreFS, path: str, *, full_check: bool = False,
-                   span: RowSpan | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:  # fmt: skip
+def stored_batches(sfs: StoreFS, path: str, *, full_check: bool = False, span: RowSpan | None = None,
+                   source: pa.NativeFile | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:  # fmt: skip
     """(schema version, record batch in the on-disk layout) for each batch of a shard, or of
     the rows in ``span`` (batches sliced to it)."""
-    reader, version = open_shard(sfs, path)
+    reader, version = open_shard(sfs, path, source)
     offset = 0
     for i in range(reader.num_record_batches):
         if span is not None:
@@ -96,6 +119,55 @@ def stored_batches(sfs: StoreFS, path: str, *, full_check: bool = False,
                 continue
             batch = batch.slice(lo, hi - lo) if (lo, hi) != (0, batch.num_rows) else batch
         yield version, batch
+
+
+#: An object-store shard up to this size is downloaded once for both its hash and its decoding.
+WHOLE_READ_BYTES = 256 << 20
+
+
+def verify_shard(
+    sfs: StoreFS,
+    path: str,
+    entry: ShardEntry | None = None,
+    *,
+    on_batch: Callable[[int, int, pa.RecordBatch], None] | None = None,
+) -> tuple[int, int]:
+    """Read a whole shard: decode every record batch and validate it fully (offsets, UTF-8),
+    and when it has a manifest ``entry`` compare rows, size, sha256 and schema version with it.
+    ``on_batch(first_row, version, batch)`` sees each batch. Returns (rows, schema version);
+    ShardError names the first problem. A file bigger than its entry says is not read."""
+    try:
+        size = sfs.info(path).size
+        if entry is not None and size is not None and size > entry.bytes:
+            raise ShardError(path, f"is {size} bytes, manifest says {entry.bytes}")
+        whole = None
+        if not sfs.local and size is not None and size <= WHOLE_READ_BYTES:
+            with sfs.fs.open_input_file(path) as f:
+                whole = f.read_buffer()
+    except (OSError, pa.ArrowException) as exc:
+        raise ShardError(path, f"cannot read: {_describe(exc)}") from None
+
+    def source() -> pa.NativeFile | None:
+        return pa.BufferReader(whole) if whole is not None else None
+
+    _, version = open_shard(sfs, path, source())
+    rows = 0
+    for _, batch in stored_batches(sfs, path, full_check=True, source=source()):
+        if on_batch is not None:
+            on_batch(rows, version, batch)
+        rows += batch.num_rows
+    if entry is None:
+        return rows, version
+    if entry.rows != rows:
+        raise ShardError(path, f"has {rows} rows, manifest says {entry.rows}")
+    if size != entry.bytes:
+        raise ShardError(path, f"is {size} bytes, manifest says {entry.bytes}")
+    sha = hashlib.sha256(whole).hexdigest() if whole is not None else file_sha256(sfs, path)
+    if sha != entry.sha256:
+        raise ShardError(path, "sha256 differs from the manifest (file changed after it was finished)")
+    if entry.schema_version != version:
+        raise ShardError(path, f"is schema v{version}, manifest says v{entry.schema_version}")
+    return rows, version
 
 
 def read_column(sfs: StoreFS, path: str, name: str) -> pa.ChunkedArray:
@@ -146,9 +218,12 @@ def salvage_partial(sfs: StoreFS, path: str) -> tuple[pa.Schema | None, list[pa.
 
 def file_sha256(sfs: StoreFS, path: str) -> str:
     h = hashlib.sha256()
-    with sfs.fs.open_input_stream(path) as f:
-        while chunk := f.read(8 << 20):
-            h.update(chunk)
+    try:
+        with sfs.fs.open_input_stream(path) as f:
+            while chunk := f.read(8 << 20):
+                h.update(chunk)
+    except (OSError, pa.ArrowException) as exc:
+        raise ShardError(path, f"cannot read: {_describe(exc)}") from None
     return h.hexdigest()
 
 
