@@ -188,6 +188,34 @@ class Store:
         self.verified.remember(good)
         return bad
 
+    def curation_attributes(self, tree: str) -> list[tuple[str, str]]:
+        """(curation id, path) of each ``<tree>/<curation_id>/attributes.parquet`` that lies
+        inside its folder, is a regular file and opens as Parquet; others are warned about
+        and left out (for the ``curated`` and ``rejected`` views)."""
+        import pyarrow.parquet as pq
+
+        found = []
+        for folder in self.sfs.listdir(self.sfs.join(tree)):
+            if folder.type.name != "Directory" or folder.base_name.startswith(("_", ".")):
+                continue
+            try:
+                path = self.sfs.confine(folder.path, "attributes.parquet")
+                info = self.sfs.info(path)
+                if info.type.name == "NotFound":
+                    continue
+                if info.type.name != "File":
+                    raise StoreError(f"{path}: not a regular file")
+                with self.sfs.fs.open_input_file(path) as f:
+                    pq.read_schema(f)
+            except StoreError as exc:
+                self.warn(f"skipped {exc}")
+                continue
+            except (OSError, pa.ArrowException) as exc:
+                self.warn(f"skipped {path}: not a readable Parquet file ({str(exc).splitlines()[0][:160]})")
+                continue
+            found.append((folder.base_name, path))
+        return found
+
     def iter_batches(self, kind: str = "raw") -> Iterator[pa.RecordBatch]:
         for shard in self.readable_shards(kind):
             yield from read_shard(self.sfs, shard.path)

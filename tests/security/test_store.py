@@ -17,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines.query import run_query
@@ -356,3 +358,15 @@ def test_object_store_paths_are_confined_by_their_text():
                  "a/../../x.arrow", "..", "part-00000.arrow/../../x"):  # fmt: skip
         with pytest.raises(StoreError, match="lies outside"):
             sfs.confine(run_dir, name)
+
+
+def test_curation_attribute_files_must_be_parquet_inside_their_folder(store, tmp_path):
+    pq.write_table(pa.table({"a": [1]}), tmp_path / "outside.parquet")
+    for cid in ("c1", "c2", "c3"):
+        (store / "curated" / cid).mkdir(parents=True)
+    pq.write_table(pa.table({"a": [1]}), store / "curated" / "c1" / "attributes.parquet")
+    (store / "curated" / "c2" / "attributes.parquet").symlink_to(tmp_path / "outside.parquet")
+    (store / "curated" / "c3" / "attributes.parquet").write_bytes(b"not parquet")
+    s = Store(store, on_warning=lambda m: None)
+    assert s.curation_attributes("curated") == [("c1", str(store / "curated" / "c1" / "attributes.parquet"))]
+    assert [w.split("/curated/")[1][:2] for w in s.warnings] == ["c2", "c3"]
