@@ -44,22 +44,25 @@ def store_target(uri: str, option: str = "--store") -> str:
 
 
 def existing_path(path: str, what: str) -> str:
-    """``path`` if it exists (a store, a run folder or a file, as the command allows)."""
+    """``path`` if it exists (a store, a run folder or a file, as the command allows), on
+    local disk or in an object store."""
+    if path and "://" in path:
+        return _existing_remote(path, what, folder=False)
     if not path or not os.path.exists(path):
         raise ConfigError(f"{path or repr(path)}: no such {what}")
     return path
 
 
-def _existing_remote(uri: str, option: str) -> str:
+def _existing_remote(uri: str, option: str, *, folder: bool = True) -> str:
     from pipelines.store.fs import StoreFS
 
     try:
         sfs = StoreFS.open(uri)
-        found = sfs.is_dir(sfs.root)
+        found = sfs.is_dir(sfs.root) if folder else sfs.exists(sfs.root)
     except (OSError, ValueError) as exc:  # pyarrow: unknown scheme, bad bucket name, unreachable endpoint
         raise ConfigError(f"{option} {uri}: cannot open the store: {str(exc).splitlines()[0]}") from None
     if not found:
-        raise ConfigError(f"{option} {uri}: no such store")
+        raise ConfigError(f"{option} {uri}: no such store" if folder else f"{uri}: no such {option}")
     return uri
 
 
