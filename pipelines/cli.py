@@ -26,7 +26,7 @@ def query(
     store: StoreOpt,
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv, json (lines) or parquet.")] = "table",
     out: Annotated[str | None, typer.Option(help="Write the result to this file.")] = None,
-    limit: Annotated[int, typer.Option(help="Rows shown by --format table.")] = 50,
+    limit: Annotated[int, typer.Option(min=0, help="Rows shown by --format table.")] = 50,
     timeout: Annotated[float, typer.Option(help="Stop the query after this many seconds.")] = 300.0,
     memory: Annotated[str | None, typer.Option(help="Memory cap, e.g. 2GB (default: half the RAM, at most 4GB).")] = None,
 ) -> None:
