@@ -196,7 +196,9 @@ class DockerSandbox(Sandbox):
             overran.set()
             self._kill_exec(exec_id, env[EXEC_MARK])
             if stream is not None:  # what is beyond reach may still hold the output: stop reading
-                threading.Timer(GRACE_S, _close_stream, (stream,)).start()
+                closer = threading.Timer(GRACE_S, _close_stream, (stream,))
+                closer.daemon = True
+                closer.start()
 
         if stdin is not None:
             self._exec_with_stdin(exec_id, stdin, out, err, deadline, on_deadline)
