@@ -26,6 +26,7 @@ never reach Python.
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections import Counter
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 
-from schemas.transition import Action, Transition, content_hash
+from schemas.transition import Action, Transition, canonical_json, content_hash
 
 Span = tuple[int, int, str]  # start, end, kind
 _QUOTED = r"""(?:"(?P<dq>[^"\n]+)"|'(?P<sq>[^'\n]+)'|(?P<bare>[^\s'"`;|&<>()]+))"""
@@ -384,16 +385,36 @@ def rules() -> tuple[Rule, ...]:
                        r"|login)[^\n]*\s-|--[\w-]*(?:pass|pwd|token|secret|key)"),
         Rule(("password", "secret"), ("pass", "pwd", "secret", "token", "key", "contrase"), _key_values, context=True,
              prefilter=_KV_PREFILTER),
+        Rule(("typed_password",), ("pass",), lambda text: iter(()), prefilter=_PROMPT.pattern),  # see scrub_transition
         Rule(("email",), ("@",), p("email", _EMAIL, bounded=False),
              prefilter=r"[A-Za-z0-9._%+-]@[A-Za-z0-9-]+\.[A-Za-z]"),
     )  # fmt: skip
+
+
+# A password prompt at the end of the screen: what the agent types next is the password.
+_PROMPT = re.compile(r"(?i:password|passphrase|passcode)[^\n]{0,80}:[ \t]*$")
+_TYPED_ARGS = ("keys", "text", "command", "input")
+
+
+def _typed_password(t: Transition) -> tuple[str, str] | None:
+    """(the action's argument, the password) when the agent answers a password prompt (the
+    state ends with one) by typing, else None."""
+    if not _PROMPT.search(t.state.text[-200:]):
+        return None
+    try:
+        body = json.loads(t.action.canonical)
+    except ValueError:
+        return None
+    arg = next((k for k in _TYPED_ARGS if isinstance(body.get(k), str)), None)
+    typed = body[arg].strip() if arg else ""
+    return (arg, typed) if 0 < len(typed) <= 256 and "\n" not in typed else None
 
 
 KINDS = ("private_key", "aws_secret_key", "aws_key", "github_token", "gitlab_token", "anthropic_key", "openai_key",
          "hf_token", "slack_token", "stripe_key", "google_api_key", "npm_token", "pypi_token", "sendgrid_key", "mailgun_key",
          "mailchimp_key", "twilio_key", "discord_token", "telegram_token", "azure_storage_key", "square_token",
          "digitalocean_token", "shopify_token", "jwt", "url_credentials", "auth_header", "password_arg", "password",
-         "secret", "email")  # fmt: skip
+         "secret", "typed_password", "email")  # fmt: skip
 
 
 # -- scrubbing ----------------------------------------------------------------------------------
@@ -499,11 +520,13 @@ def scrub_text(text: str, kinds: Sequence[str]) -> tuple[str, Counter]:
 
 
 def scrub_transition(t: Transition, kinds: Sequence[str]) -> tuple[Transition, Counter]:
-    """Scrub texts, the action and the instruction; ids stay, the content hash follows."""
+    """Scrub texts, the action and the instruction; ids stay, the content hash follows. An
+    answer to a password prompt is scrubbed from the action however it looks."""
     counts: Counter = Counter()
     texts = (t.state.text, t.next_state.text, t.action.canonical, t.action.raw, t.instruction or "")
+    typed = _typed_password(t) if "typed_password" in kinds else None
     kinds = kinds_present("\n".join(texts), kinds)  # one look for literals, not one per text
-    if not kinds:
+    if not kinds and typed is None:
         return t, counts
 
     def s(text: str | None) -> str | None:
@@ -515,8 +538,14 @@ def scrub_transition(t: Transition, kinds: Sequence[str]) -> tuple[Transition, C
 
     state = replace(t.state, text=s(t.state.text))
     next_state = replace(t.next_state, text=s(t.next_state.text))
-    raw = scrub_text(t.action.raw, kinds)[0]  # raw usually repeats canonical: counted once
-    action = Action(t.action.kind, s(t.action.canonical), raw)
+    canonical, raw = s(t.action.canonical), scrub_text(t.action.raw, kinds)[0]  # raw usually repeats canonical
+    if typed is not None:  # the typed argument only: its value may be short and common
+        arg, password = typed
+        body = json.loads(canonical)  # as scrubbed so far
+        body[arg] = body[arg].replace(password, placeholder("typed_password", len(password)))
+        canonical, counts["typed_password"] = canonical_json(body), 1
+        raw = canonical if t.action.raw == t.action.canonical else raw.replace(password, "*" * len(password))
+    action = Action(t.action.kind, canonical, raw)
     instruction = s(t.instruction)
     if not counts:
         return t, counts

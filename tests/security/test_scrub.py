@@ -477,3 +477,26 @@ def test_secrets_in_json_inside_json_are_scrubbed():
     assert "Hunter22x!" not in out and "AbC123dEf456GhI789" not in out and counts == {"password": 1, "secret": 1}
     assert json.loads(json.loads(out)["result"])["output"].startswith('config:\n  "password": "<password>"')
     assert pc.match_substring_regex(pa.array([outer]), prefilter_pattern(KINDS)).to_pylist() == [True]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "action"),
+    [
+        ("$ sudo apt-get update\n[sudo] password for agent: ", {"kind": "send_keys", "keys": "Tr0ub4dor&3\n"}),
+        ("$ ssh deploy@10.0.0.4\ndeploy@10.0.0.4's password:", {"kind": "run", "command": "Tr0ub4dor&3"}),
+        ("Enter passphrase for key '/root/.ssh/id_ed25519': ", {"kind": "type_text", "text": "Tr0ub4dor&3"}),
+    ],
+)
+def test_what_the_agent_types_at_a_password_prompt_is_scrubbed(prompt, action):
+    from schemas import Action, Observation, Provenance, Transition, transition_problems
+    from schemas.arrow import to_record_batch
+
+    t = Transition.create(trajectory_id="t", step=3, domain="terminal", env_id="bash", task_id="task",
+                          state=Observation.make(prompt, "terminal"), action=Action.make(**action),
+                          next_state=Observation.make("\nok\n$ ", "terminal"), provenance=Provenance(run_id="r"))  # fmt: skip
+    clean, counts = scrub_transition(t, KINDS)
+    assert "Tr0ub4dor&3" not in clean.action.canonical + clean.action.raw and counts == {"typed_password": 1}
+    assert transition_problems(clean) == [] and clean.action.args.keys() == t.action.args.keys()
+    assert secret_rows(to_record_batch([t]), KINDS) == [True]
+    after = t.evolve(state=Observation.make(prompt + "\n$ ", "terminal"))  # no longer at the prompt: a command
+    assert scrub_transition(after, KINDS)[0].action == after.action
