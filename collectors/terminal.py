@@ -186,7 +186,8 @@ class TerminalEnv(SandboxEnv):
                 self.sandbox.write_file(path, action.content)
             except OSError as exc:
                 raise ActionError(str(exc)) from None
-            r = ShellResult("", 0, self.cwd, 0.0)
+            shell = self.shell.observe()  # the write's status, and whether a program still runs in the shell
+            r = ShellResult(shell.output, None if shell.running else 0, self.cwd, 0.0, running=shell.running)
         elif isinstance(action, RunCommand):
             r = self.shell.run(action.command, timeout=self.step_timeout(action.timeout))
         elif isinstance(action, Interrupt):

@@ -11,14 +11,17 @@ result (see ``_STEP`` for the script each step runs):
 * **Data**: the pane's raw output, appended to a log by ``tmux pipe-pane``. It is only ever
   cut into a head and a tail by byte offsets (``stat``, ``head -c``, ``tail -c``), never
   searched for control information, so floods cost the same to read as one line.
-* **Control**: the shell's own hooks write files in a private folder named by a random
-  secret. ``PROMPT_COMMAND`` writes ``status`` (prompt count, the step's token, ``$?``,
-  then ``$PWD`` as raw bytes) whenever bash is back at its prompt; ``PS0`` records in
-  ``started`` that a command line was read; an ``EXIT`` trap records a clean exit. A FIFO
-  wakes the waiting step, and ``/proc`` says whether bash is alive (pid and start time)
-  and whether it owns the terminal's foreground.
+* **Control**: the shell's own hook ``__tf_prompt`` writes files in a private folder named
+  by a random secret: ``status`` (prompt count, the command's token, ``$?``, then ``$PWD``
+  as raw bytes). It runs right after each typed command (in the same line, so a REPL the
+  command starts cannot swallow it) and from ``PROMPT_COMMAND`` after lines typed as keys.
+  ``PS0`` records in ``started`` that a line was read; an ``EXIT`` trap records an ``exit``.
+  A FIFO wakes the waiting step, and ``/proc`` says whether bash is alive (pid and start
+  time) and whether it owns the terminal's foreground.
 * **Commands** travel as a file written through the exec's stdin; the pane only ever sees
-  ``__tf_tok=TOKEN; __tf_arm; eval "$(< FILE)"``, whatever the command holds.
+  ``. ARM; __tf_tok=TOKEN; eval "$(< FILE)"; __tf_prompt``, whatever the command holds
+  (sourcing ARM re-installs the hooks, so an overwritten ``PROMPT_COMMAND`` does not lose
+  them, and a folder wiped with ``/tmp`` is made again by the next step).
 
 After a prompt, the hook also prints an OSC sequence carrying the prompt count to the pane;
 it only tells the reader that the pane's output has reached the log (tmux lags behind the
@@ -63,27 +66,32 @@ class ShellResult:
     note: str | None = None  # why a command was not typed, or why the state is unknown
 
 
-# Sourced by the pane's bash (--rcfile). {d} is the private folder.
-_RC = r"""
-PS1=''; PS2=''; HISTFILE=''; unset TMUX TMUX_PANE
-__tf_dir={d}; __tf_n=0; __tf_tok=-
+# The hooks, sourced by the rc file and again before every command, so that a shell whose
+# PROMPT_COMMAND or PS0 was overwritten gets them back. {d} is the private folder.
+_ARM = r"""
+__tf_dir={d}; __tf_tok=-
+[[ ${{__tf_n-}} =~ ^[0-9]+$ ]] || {{ read -r __tf_n _ < "$__tf_dir/status"; [[ $__tf_n =~ ^[0-9]+$ ]] || __tf_n=0; }} 2>/dev/null
 __tf_prompt() {{
   local rc=$?
   __tf_n=$((__tf_n + 1))
+  [ -d "$__tf_dir" ] || mkdir -m 700 "$__tf_dir"
   printf '%s %s %s\n%s' "$__tf_n" "$__tf_tok" "$rc" "$PWD" > "$__tf_dir/status.tmp" \
     && mv -f "$__tf_dir/status.tmp" "$__tf_dir/status"
   stty -echo 2>/dev/null
   printf '\033]7717;%s\007' "$__tf_n"
   printf x 1<> "$__tf_dir/wake"
   return $rc
-}}
-__tf_ps0() {{ printf '%s\n' "$__tf_n" 1<> "$__tf_dir/started"; }}
-__tf_arm() {{
-  [[ " ${{PROMPT_COMMAND[*]}} " == *" __tf_prompt "* ]] || PROMPT_COMMAND+=(__tf_prompt)
-  [[ $PS0 == *__tf_ps0* ]] || PS0+='$(__tf_ps0)'
-}}
+}} 2>/dev/null
+__tf_ps0() {{ printf '%s\n' "$__tf_n" 1<> "$__tf_dir/started"; }} 2>/dev/null
+[[ " ${{PROMPT_COMMAND[*]-}} " == *" __tf_prompt "* ]] || PROMPT_COMMAND=(__tf_prompt "${{PROMPT_COMMAND[@]}}")
+[[ ${{PS0-}} == *__tf_ps0* ]] || PS0+='$(__tf_ps0)'
+"""
+
+# The pane's bash runs this first (--rcfile): no prompt text, no echo, no history file.
+_RC = r"""
+PS1=''; PS2=''; HISTFILE=''; unset TMUX TMUX_PANE
+. {d}/arm
 trap 'printf "%s\n" "$?" > "$__tf_dir/exited"; printf x 1<> "$__tf_dir/wake"' EXIT
-PROMPT_COMMAND=(__tf_prompt); PS0='$(__tf_ps0)'
 stty -echo 2>/dev/null
 """
 
@@ -96,6 +104,16 @@ stty -echo 2>/dev/null
 _STEP = r"""
 D={d}; P={pid}; S0={start}; OFF={off}; MODE={mode}; TOK={tok}; HEAD={head}; TAIL={tail}
 end=$(( ${{EPOCHREALTIME/./}} + {budget_us} )); settle_end=$(( ${{EPOCHREALTIME/./}} + {settle_us} ))
+heal() {{  # an agent that wiped /tmp took the folder: make it again (the shell's own state lives on)
+  [ -e "$D/arm" ] && [ -e "$D/log" ] && [ -p "$D/wake" ] && [ -S "$D/sock" ] && return 0
+  mkdir -p -m 700 "$D"; [ -p "$D/wake" ] || {{ rm -f "$D/wake"; mkfifo "$D/wake"; }}
+  [ -S "$D/sock" ] || {{ kill -USR1 {tmux}; for _ in 1 2 3 4 5 6 7 8 9 10; do [ -S "$D/sock" ] && break; sleep 0.1; done; }}
+  [ -e "$D/log" ] || {{ : > "$D/log"; tmux -S "$D/sock" pipe-pane -t tf; tmux -S "$D/sock" pipe-pane -t tf "exec cat >>$D/log"; }}
+  cat > "$D/arm" <<'__TF_ARM_END__'
+{arm}
+__TF_ARM_END__
+}}
+heal 2>/dev/null
 exec 9<>"$D/wake"
 alive() {{
   local st; read -r st < /proc/$P/stat 2>/dev/null || return 1
@@ -105,9 +123,12 @@ alive() {{
 state() {{
   n=0 tok=- rc=0 k=0
   read -r n tok rc < "$D/status" 2>/dev/null; read -r k < "$D/started" 2>/dev/null
-  [[ $n =~ ^[0-9]+$ ]] || n=0; [[ $k =~ ^[0-9]+$ ]] || k=0
+  read -r LAST < "$D/last" 2>/dev/null || LAST=$tok  # the token of the last command typed
+  [[ $n =~ ^[0-9]+$ ]] || n=0; [[ $k =~ ^[0-9]+$ ]] || k=0; [ -e "$D/status" ] || k=-1  # no status: /proc decides
   if alive; then up=1; else up=0; fi
-  prompt=0; [ "$up" = 1 ] && [ "$pgrp" = "$tpgid" ] && (( n > k )) && prompt=1
+  # free: the last typed command is done and bash owns the terminal; prompt: and no line was read since
+  free=0; [ "$up" = 1 ] && [ "$pgrp" = "$tpgid" ] && [ "$tok" = "$LAST" ] && free=1
+  prompt=0; [ "$free" = 1 ] && (( n > k )) && prompt=1
 }}
 nap() {{  # until the shell wakes us, at most $1 microseconds and never past the step's end
   local now=${{EPOCHREALTIME/./}} t=$1; (( now + t > end )) && t=$(( end - now )); (( t <= 0 )) && return 1
@@ -116,24 +137,28 @@ nap() {{  # until the shell wakes us, at most $1 microseconds and never past the
 tx() {{ tmux -S "$D/sock" send-keys -t tf "$@"; }}
 state; n0=$n; done=0; typed=0; rotated=0; flush=1
 if [ "$MODE" = run ]; then
-  while [ "$up" = 1 ] && [ "$prompt" = 0 ]; do nap 250000 || break; state; done
-  if [ "$prompt" = 1 ]; then
+  while [ "$up" = 1 ] && [ "$free" = 0 ]; do nap 250000 || break; state; done
+  if [ "$free" = 1 ]; then
     size=$(stat -c %s "$D/log")
     if [ "$size" = "$OFF" ] && (( size > {rotate} )); then : > "$D/log"; OFF=0; rotated=1; fi
-    cat > "$D/cmd" && tx C-u && tx -l -- "__tf_tok=$TOK; __tf_arm; eval \"\$(< $D/cmd)\"" && tx Enter && typed=1
+    line=". $D/arm; __tf_tok=$TOK; eval \"\$(< $D/cmd)\"; __tf_prompt"
+    cat > "$D/cmd" && printf '%s\n' "$TOK" > "$D/last" && tx C-u && tx -l -- "$line" && tx Enter && typed=1
   fi
   while [ "$up" = 1 ] && [ "$typed" = 1 ] && [ "$tok" != "$TOK" ]; do nap 250000 || break; state; done
   [ "$tok" = "$TOK" ] && done=1
 elif [ "$MODE" = keys ]; then
+  size0=$(stat -c %s "$D/log"); seen=$size0; quiet=${{EPOCHREALTIME/./}}
   {keys}
-  while nap 50000; do
+  while nap 50000; do  # until the prompt is back, or the program's answer has stopped growing for 0.3 s
     state; [ "$up" = 0 ] && break; [ "$prompt" = 1 ] && (( n > n0 )) && break
-    (( ${{EPOCHREALTIME/./}} >= settle_end )) && break
+    now=${{EPOCHREALTIME/./}}; (( now >= settle_end )) && break
+    sz=$(stat -c %s "$D/log")
+    if [ "$sz" != "$seen" ]; then seen=$sz; quiet=$now; elif (( sz > size0 && now - quiet >= 300000 )); then break; fi
   done
   state; [ "$prompt" = 1 ] && (( n > n0 )) && done=1
 else
-  while [ "$up" = 1 ] && [ "$prompt" = 0 ]; do nap 250000 || break; state; done
-  done=$prompt; flush=0
+  while [ "$up" = 1 ] && [ "$free" = 0 ]; do nap 250000 || break; state; done
+  done=$free; flush=0
 fi
 if [ "$done" = 1 ] && [ "$flush" = 1 ]; then  # the pane's output has reached the log once the hook's mark is in it
   printf -v bar '\033]7717;%s\007' "$n"; flush_end=$(( ${{EPOCHREALTIME/./}} + 3000000 ))
@@ -142,7 +167,7 @@ if [ "$done" = 1 ] && [ "$flush" = 1 ]; then  # the pane's output has reached th
   done
   state
 fi
-size=$(stat -c %s "$D/log"); (( size < OFF )) && OFF=$size
+heal 2>/dev/null; size=$(stat -c %s "$D/log"); (( size < OFF )) && OFF=$size
 len=$(( size - OFF )); h=$len; t=0
 if (( len > HEAD + TAIL )); then h=$HEAD; t=$TAIL; fi
 printf 'TF1 %s %s %s %s %s %s %s %s %s %s\n' "$up" "$done" "$prompt" "$typed" "$rotated" "$n" "$size" "$h" "$t" "$OFF"
@@ -197,8 +222,10 @@ class ShellSession:
         self.dir = f"/tmp/.tf-{secrets.token_hex(16)}"
         self._offset = 0
         d = shlex.quote(self.dir)
+        self._arm = _ARM.format(d=d)
         boot = (
-            f"umask 077 && mkdir {d} && mkfifo {d}/wake && : > {d}/log && echo 0 > {d}/started && cat > {d}/rc"
+            f"umask 077 && mkdir {d} && mkfifo {d}/wake && : > {d}/log && echo 0 > {d}/started"
+            f" && printf %s {shlex.quote(self._arm)} > {d}/arm && cat > {d}/rc"
             f" && tmux -S {d}/sock new-session -d -s tf -x {width} -y {height}"
             f" 'exec bash --noprofile --rcfile {d}/rc --noediting -i'"
             f" && tmux -S {d}/sock pipe-pane -o -t tf 'exec cat >> {d}/log'"
@@ -219,13 +246,15 @@ class ShellSession:
             raise SandboxError("the sandbox shell did not come up within 20 s")
 
     # -- the protocol ------------------------------------------------------------------------
-    def _step(self, mode: str, *, budget: float, settle: float = 0.0, stdin: bytes | None = None, keys: str = ":") -> _Frame:
+    def _step(
+        self, mode: str, *, budget: float, settle: float = 0.0, stdin: bytes | None = None, keys: str = ":", tok: str = "-"
+    ) -> _Frame:
         """Run the step script once; a frame that is not exactly right is never guessed at."""
         cap = self.sandbox.config.output_cap_bytes
         script = _STEP.format(
             d=shlex.quote(self.dir), pid=self.pid, start=self._start, off=self._offset, mode=mode,
-            tok=secrets.token_hex(8), head=cap // 2, tail=cap - cap // 2, budget_us=int(budget * 1e6),
-            settle_us=int(settle * 1e6), rotate=ROTATE_BYTES, keys=keys,
+            tok=tok, head=cap // 2, tail=cap - cap // 2, budget_us=int(budget * 1e6),
+            settle_us=int(settle * 1e6), rotate=ROTATE_BYTES, keys=keys, tmux=self._tmux, arm=self._arm,
         )  # fmt: skip
         code, raw = self.sandbox.exec_bytes(script, stdin=stdin, timeout=budget + 15)
         frame = _parse(raw) if code == 0 else None
@@ -292,7 +321,8 @@ class ShellSession:
         timeout = self.sandbox.config.exec_timeout_s if timeout is None else timeout
         start = time.monotonic()
         try:
-            frame = self._step("run", budget=timeout, stdin=command.encode(errors="surrogateescape"))
+            tok = secrets.token_hex(8)
+            frame = self._step("run", budget=timeout, stdin=command.encode(errors="surrogateescape"), tok=tok)
         except _Unknown as exc:
             return _unknown(exc, start, timed_out=True)
         if frame.done:
@@ -300,16 +330,17 @@ class ShellSession:
         note = None if frame.typed else "a program still runs in the foreground; the command was not typed"
         return self._result(frame, start, running=True, timed_out=True, note=note)
 
-    def send_keys(self, keys: str, *, enter: bool = False, literal: bool = True, settle: float = 0.3) -> ShellResult:
+    def send_keys(self, keys: str, *, enter: bool = False, literal: bool = True, settle: float = 1.0) -> ShellResult:
         """Type into whatever runs in the pane; ``literal=False`` takes tmux key names (``C-c``, ``Up``).
 
-        Waits ``settle`` seconds (less when the shell comes back to its prompt sooner) and
-        reports what the pane printed and whether a program still runs."""
+        Waits until the shell is back at its prompt, or the program's answer has stopped
+        growing for 0.3 s, or ``settle`` seconds; reports what the pane printed and whether
+        a program still runs."""
         flag = "-l -- " if literal else ""
         cmd = f"tx {flag}{shlex.quote(keys)}" + (" && tx Enter" if enter else "")
         return self._observe(cmd, settle)
 
-    def interrupt(self, *, settle: float = 0.3) -> ShellResult:
+    def interrupt(self, *, settle: float = 1.0) -> ShellResult:
         """Ctrl-C to the foreground program (or to the prompt, which starts a fresh line)."""
         return self.send_keys("C-c", literal=False, settle=settle)
 
