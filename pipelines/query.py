@@ -23,7 +23,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import date, datetime
 from typing import IO, Any
 
@@ -31,16 +31,18 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from pipelines.release.manifest import Release, store_releases
 from pipelines.sql_guard import STORE_ONLY, check_read_only
 from pipelines.store.reader import Store
 from schemas.arrow import shard_view_sql
-from schemas.errors import QueryError
+from schemas.errors import QueryError, TrajforgeError
 from schemas.versions import schema_for
 
 #: View name -> the store tree it reads. Later stages add theirs (curated, rejected, ...).
 VIEWS: dict[str, str] = {"transitions": "raw"}
 
 FORMATS = ("table", "csv", "json", "parquet")
+RELEASE_STAGES = ("cpt", "sft", "rl")
 
 #: Defaults for ``--timeout`` (seconds), ``--memory`` and the engine's threads.
 DEFAULT_TIMEOUT_S = 300.0
@@ -75,11 +77,18 @@ def _confined_config(memory: str, threads: int) -> dict[str, Any]:
     }
 
 
-def connect(store: str | Store, *, memory: str | None = None, threads: int = DEFAULT_THREADS) -> duckdb.DuckDBPyConnection:
+def connect(
+    store: str | Store,
+    *,
+    memory: str | None = None,
+    threads: int = DEFAULT_THREADS,
+    release_stages: Iterable[str] = RELEASE_STAGES,
+) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection that sees only the store's views.
 
     The views read registered pyarrow sources, so the engine runs with external access
     off from the start; its configuration is locked before the connection is returned.
+    ``release_stages``: the ``release_<stage>`` views to make (their files are hashed first).
     """
     store = store if isinstance(store, Store) else Store(store)
     try:
@@ -99,7 +108,7 @@ def connect(store: str | Store, *, memory: str | None = None, threads: int = DEF
         con.execute(f"CREATE TEMP VIEW {view} AS " + " UNION ALL ".join(parts))
     for tree in CURATION_TREES:
         _curation_view(con, store, tree, logical)
-    _release_views(con, store)
+    _release_views(con, store, release_stages)
     con.execute("SET TimeZone = 'UTC'")  # days and hours in results are UTC, as stored
     con.execute("SET lock_configuration = true")
     return con
@@ -114,13 +123,11 @@ def _curation_view(con: duckdb.DuckDBPyConnection, store: Store, tree: str, logi
     Rejected records that never parsed (quarantine) appear with NULL transition fields.
     Attribute files are read through the store's pyarrow file system (local or object store)."""
     sfs = store.sfs
-    attribute_files = [f"{i.path}/attributes.parquet" for i in sfs.listdir(sfs.join(tree))
-                       if i.type.name == "Directory" and sfs.exists(f"{i.path}/attributes.parquet")]  # fmt: skip
+    attribute_files = store.curation_attributes(tree)  # confined, regular Parquet files; others warned about
     if not attribute_files:
         return
     parts = []
-    for i, path in enumerate(attribute_files):
-        cid = path.rsplit("/", 2)[-2]
+    for i, (cid, path) in enumerate(attribute_files):
         name = f"_{tree}_{i}"
         sources = store.relations(tree, run_id=cid)
         rows = " UNION ALL ".join(
@@ -139,43 +146,46 @@ def _curation_view(con: duckdb.DuckDBPyConnection, store: Store, tree: str, logi
     con.execute(f"CREATE TEMP VIEW {tree} AS " + " UNION ALL BY NAME ".join(parts))
 
 
-def release_manifests(store: Store) -> list[tuple[str, dict]]:
-    """(release folder, manifest) of every release of a store: a release exists once its
-    ``manifest.json`` does (written last, also on object stores)."""
-    sfs = store.sfs
-    found = []
-    for name in sfs.listdir(sfs.join("releases")):
-        for version in sfs.listdir(name.path) if name.type.name == "Directory" else ():
-            path = f"{version.path}/manifest.json"
-            if version.type.name == "Directory" and not version.base_name.startswith(".") and sfs.exists(path):
-                found.append((version.path, json.loads(sfs.read_bytes(path))))
-    return found
-
-
-def _release_views(con: duckdb.DuckDBPyConnection, store: Store) -> None:
+def _release_views(con: duckdb.DuckDBPyConnection, store: Store, stages: Iterable[str] = RELEASE_STAGES) -> None:
     """``releases``: one row per release file (name, version, stage, split, rows, tokens,
     sha256); ``release_cpt`` / ``release_sft`` / ``release_rl``: the samples of every
-    release with its name and version."""
-    manifests = release_manifests(store)
-    rows = []
-    for _, m in manifests:
-        rows += [{"name": m["name"], "version": m["version"], "stage": f["stage"], "split": f["split"], "path": f["path"],
-                  "rows": f["rows"], "tokens": f["tokens"], "bytes": f["bytes"], "sha256": f["sha256"]}
-                 for f in m["files"] if "rows" in f]  # fmt: skip
+    release with its name and version. Each release's manifest and folder are checked, and
+    the files of a stage view are hashed against the manifest before they are registered
+    (only for ``stages``: a query that reads no samples hashes nothing); a release or stage
+    that fails is left out with one warning line naming the file."""
+    opened = []
+    for folder, rel in store_releases(store):
+        if isinstance(rel, Release):
+            opened.append(rel)
+        else:
+            store.warn(f"skipped release {folder}: {rel}")
+    rows = [{"name": rel.manifest.name, "version": rel.manifest.version, "stage": f.stage, "split": f.split,
+             "path": f.path, "rows": f.rows, "tokens": f.tokens, "bytes": f.bytes, "sha256": f.sha256}
+            for rel in opened for f in rel.manifest.files if f.rows is not None]  # fmt: skip
     if not rows:
         return
     con.register("_releases", pa.Table.from_pylist(rows))
     con.execute("CREATE TEMP VIEW releases AS SELECT * FROM _releases")
-    for stage in ("cpt", "sft", "rl"):
+    for stage in stages:
         parts = []
-        for k, (root, m) in enumerate(manifests):
-            files = sorted(f"{root}/{f['path']}" for f in m["files"] if f.get("stage") == stage)
-            if files:
-                con.register(f"_release_{stage}_{k}", pads.dataset(files, format="parquet", filesystem=store.sfs.fs))
-                parts.append(f"SELECT {_literal(m['name'])} AS name, {_literal(m['version'])} AS version, * "
-                             f"FROM _release_{stage}_{k}")  # fmt: skip
+        for k, rel in enumerate(opened):
+            if not (entries := rel.entries(stage)):
+                continue
+            try:
+                files = rel.check(entries)
+            except TrajforgeError as exc:
+                store.warn(f"skipped release {rel.manifest.name}/{rel.manifest.version} {stage} samples: {exc}")
+                continue
+            con.register(f"_release_{stage}_{k}", pads.dataset(files, format="parquet", filesystem=rel.sfs.fs))
+            parts.append(f"SELECT {_literal(rel.manifest.name)} AS name, {_literal(rel.manifest.version)} AS version, * "
+                         f"FROM _release_{stage}_{k}")  # fmt: skip
         if parts:
             con.execute(f"CREATE TEMP VIEW release_{stage} AS " + " UNION ALL BY NAME ".join(parts))
+
+
+def release_stages_named(sql: str) -> list[str]:
+    """The release stage views a query names (``release_sft`` ...): only their files are hashed."""
+    return [stage for stage in RELEASE_STAGES if re.search(rf"\brelease_{stage}\b", sql, re.IGNORECASE)]
 
 
 def _literal(text: str) -> str:
@@ -200,7 +210,7 @@ def execute(
     if not timeout > 0:
         raise QueryError(f"--timeout {timeout}: expected a number of seconds above 0")
     memory = memory or default_memory()
-    con = connect(store, memory=memory, threads=threads)
+    con = connect(store, memory=memory, threads=threads, release_stages=release_stages_named(sql))
     deadline: _Deadline | None = None
     try:
         check_read_only(con, sql)

@@ -15,11 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.query import run_query
 from pipelines.release.build import create_release
 from pipelines.release.config import MixtureConfig, load_mixture
 from pipelines.release.inspect import diff, export_agentworldbench, list_releases, verify
 from pipelines.release.manifest import load, open_release
-from schemas.errors import ShardError, StoreError, TrajforgeError
+from pipelines.store import Store
+from schemas.errors import QueryError, ShardError, StoreError, TrajforgeError
 from tests.conftest import cli
 from tests.pipelines.release.test_release import IN_MEMORY, curated_store
 from training import assets
@@ -284,3 +286,28 @@ def test_a_manifest_damaged_in_a_row_count_is_caught_by_the_reader(store):
     rel = str(target.relative_to(release(store)))
     rewrite_manifest(store, lambda b: next(f for f in b["files"] if f["path"] == rel).update(rows=10**6))
     refused(lambda: assets.open_release(str(store), "wm/1", "sft", "train"), ShardError, str(target), "the manifest says")
+
+
+@pytest.mark.parametrize("attack", ["garbage bytes", "a JSON list", "a ../ path", "an absolute path"])
+def test_queries_skip_a_refused_release_and_answer_for_the_rest(store, attack):
+    MANIFEST_ATTACKS[attack](store)
+    warnings: list[str] = []
+    handle = Store(str(store), on_warning=warnings.append)
+    assert run_query("SELECT count(*) AS n FROM transitions", handle).to_pylist() == [{"n": 0}]
+    assert any(str(release(store)) in w and "\n" not in w for w in warnings), warnings
+    with pytest.raises(QueryError):  # the refused release gives no views at all
+        run_query("SELECT count(*) FROM release_sft", Store(str(store), on_warning=warnings.append))
+
+
+def test_a_release_view_hashes_its_files_and_leaves_out_a_changed_stage(store):
+    good = run_query("SELECT count(*) AS n FROM release_cpt", str(store)).to_pylist()[0]["n"]
+    changed = flip(first(store, "data/sft/train-*.parquet"))
+    warnings: list[str] = []
+    handle = Store(str(store), on_warning=warnings.append)
+    assert run_query("SELECT count(*) AS n FROM release_cpt", handle).to_pylist() == [{"n": good}]
+    assert not warnings  # the sft files are not read, so not hashed
+    with pytest.raises(QueryError):
+        run_query("SELECT count(*) FROM release_sft", handle)
+    assert [w for w in warnings if changed.name in w and CHANGED in w], warnings
+    files = run_query("SELECT count(*) AS n FROM releases WHERE stage = 'sft'", str(store)).to_pylist()
+    assert files[0]["n"] >= 1  # the listing still answers from the checked manifest
