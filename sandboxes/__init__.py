@@ -4,7 +4,7 @@ namespaces over a read-only root (``LocalSandbox``), behind one ``Sandbox`` prot
 from __future__ import annotations
 
 from sandboxes.base import ExecResult, Sandbox, SandboxConfig, SandboxDied, SandboxError, TreeEntry
-from sandboxes.shell import ShellResult, ShellSession
+from sandboxes.shell import ShellDied, ShellResult, ShellSession
 
 
 def resolve_backend(config: SandboxConfig) -> str:
@@ -43,6 +43,7 @@ __all__ = [
     "SandboxConfig",
     "SandboxDied",
     "SandboxError",
+    "ShellDied",
     "ShellResult",
     "ShellSession",
     "TreeEntry",
