@@ -41,8 +41,8 @@ class ModelSpec(Strict):
         if (self.path is None) == (self.init is None):
             raise ValueError("give exactly one of model.path (a checkpoint) and model.init (a config for new weights)")
         for key, value in (self.init or {}).items():  # sizes and counts: a 0 or -1 would fail deep inside torch
-            if (key.endswith(("_size", "_dim", "_layers", "_heads", "_embeddings")) and
-                    (isinstance(value, bool) or not isinstance(value, int) or value < 1)):  # fmt: skip
+            if (key.endswith(("_size", "_dim", "_layers", "_heads", "_embeddings")) and not key.startswith(("tie_", "use_"))
+                    and (isinstance(value, bool) or not isinstance(value, int) or value < 1)):  # fmt: skip
                 raise ValueError(f"init.{key} must be a positive integer, got {value!r}")
         return self
 

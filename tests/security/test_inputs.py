@@ -301,3 +301,12 @@ def test_hostile_command_line_values(tmp_path, capsys, argv, message):
               "mixture": str(ROOT / "examples/mixtures/default.yaml")}  # fmt: skip
     _assert_one_line_error(*_main(capsys, [a.format(**values) for a in argv]), message)
     assert not (tmp_path / "s").exists() and sorted(p.name for p in (tmp_path / "store").iterdir()) == ["raw"]
+
+
+def test_model_init_checks_sizes_but_takes_flags():
+    from training.config import ModelSpec
+
+    assert ModelSpec(init={"tie_word_embeddings": False, "use_cache": True}).init["tie_word_embeddings"] is False
+    for bad in ({"max_position_embeddings": 0}, {"hidden_size": True}, {"num_hidden_layers": -1}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            ModelSpec(init=bad)
