@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub clean
+.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub bench-security clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -127,3 +127,7 @@ bench-s3: install
 # Secret scrubber: recall on planted secrets, lines changed on ordinary text, throughput vs the old one.
 bench-scrub: install
 	$(PY) benchmarks/scrub.py $(ARGS)
+
+# The security suite's tally: attacks tried and contained per class (and per sandbox backend).
+bench-security: sandboxes mcp-servers
+	$(PY) benchmarks/security.py
