@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from schemas.config import StrictConfig as Strict
 from pipelines.curate.scrub import KINDS as SECRET_KINDS
+from schemas.config import StrictConfig as Strict
 from schemas.config import load_yaml_model
 from schemas.errors import ConfigError
 from schemas.transition import DOMAINS
