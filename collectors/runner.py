@@ -197,7 +197,7 @@ def done_trajectories(store: str, job_id: str) -> set[str]:
         return set()
     from pipelines.query import connect
 
-    con = connect(Store(store))
+    con = connect(Store(store), release_stages=())
     rows = con.execute("SELECT DISTINCT trajectory_id FROM transitions WHERE provenance.job_id = ?", [job_id]).fetchall()
     return {r[0] for r in rows}
 

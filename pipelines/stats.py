@@ -33,7 +33,7 @@ class StoreStats:
 
 def store_stats(store: str | Store) -> StoreStats:
     store = store if isinstance(store, Store) else Store(store)
-    con = connect(store)
+    con = connect(store, release_stages=())  # counts transitions: no release samples to hash
     stats = StoreStats()
     stats.by_domain = [
         tuple(r)

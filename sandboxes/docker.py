@@ -32,7 +32,7 @@ from pathlib import Path
 from sandboxes.base import GRACE_S, TIMEOUT_EXIT, WORKDIR, OutputCap, Sandbox, SandboxConfig, SandboxDied, SandboxError
 from sandboxes.disk import Disk, claim, unmount_all_under
 from sandboxes.engine import client, find_engine
-from sandboxes.paths import state_dir
+from sandboxes.paths import sandboxes_state
 from sandboxes.procs import EXEC_MARK, KILL_EXEC_SCRIPT, holding_output, kill_exec, pids_in_namespace_of, session_of
 
 LABEL_RUN = "trajforge.run_id"
@@ -48,9 +48,7 @@ REAPER = "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"
 
 def sandboxes_dir() -> Path:
     """Host folders of docker sandboxes' disks (owner.json, disk image, snapshots)."""
-    d = state_dir() / "docker"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return sandboxes_state("docker")
 
 
 def engine_is_here(host: str) -> bool:
@@ -143,6 +141,7 @@ class DockerSandbox(Sandbox):
                 working_dir=WORKDIR,
                 environment=c.environment(),
                 security_opt=["no-new-privileges"],
+                cap_drop=["MKNOD"],  # no device nodes on the disk, which snapshots copy to the host
                 shm_size=f"{SHM_MB}m",
                 **disk,
             )

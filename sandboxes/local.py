@@ -36,7 +36,7 @@ from sandboxes.base import (
 )
 from sandboxes.cgroups import Cgroup
 from sandboxes.disk import Disk, claim, unmount_all_under
-from sandboxes.paths import state_dir
+from sandboxes.paths import sandboxes_state
 from sandboxes.procs import EXEC_MARK, kill_exec, pids_in_namespace_of
 
 BWRAP = os.environ.get("TRAJFORGE_BWRAP", "bwrap")  # another bubblewrap build, if needed
@@ -44,9 +44,7 @@ SHM_MB = 64  # /dev/shm, in memory (as Docker's default shm_size)
 
 
 def sandboxes_dir() -> Path:
-    d = state_dir() / "local"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return sandboxes_state("local")
 
 
 class LocalSandbox(Sandbox):

@@ -33,5 +33,14 @@ def state_dir() -> Path:
     return path
 
 
+def sandboxes_state(backend: str) -> Path:
+    """The host folder of one backend's live sandboxes (work disks, snapshots, owner.json),
+    private to this user: snapshots are copies of agent-made files (set-id bits kept)."""
+    d = state_dir() / backend
+    d.mkdir(parents=True, exist_ok=True)
+    d.chmod(0o700)
+    return d
+
+
 def podman_socket() -> Path:
     return Path(os.environ.get("TRAJFORGE_PODMAN_SOCK", "/run/trajforge/podman.sock"))

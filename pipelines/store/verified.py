@@ -50,7 +50,8 @@ class VerifiedCache:
         if self._con is None and not self._broken:
             try:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                con = sqlite3.connect(self.path, timeout=5, check_same_thread=False)
+                con = sqlite3.connect(self.path, timeout=1, check_same_thread=False)
+                con.execute("PRAGMA journal_mode=WAL")  # readers never wait for a writer (Beam workers, parallel runs)
                 con.execute("CREATE TABLE IF NOT EXISTS verified (identity TEXT PRIMARY KEY, stamp TEXT, sha256 TEXT, at_ns INT)")
                 self._con = con
             except (OSError, sqlite3.Error):

@@ -18,7 +18,7 @@ import pytest
 from sandboxes import SandboxError, make_sandbox
 from sandboxes.base import GRACE_S
 from sandboxes.images import TOOLS
-from sandboxes.paths import cache_dir, state_dir
+from sandboxes.paths import cache_dir, sandboxes_state, state_dir
 
 BOMB = ":(){ :|:& };:"
 
@@ -167,3 +167,12 @@ def test_a_dead_sandbox_is_an_error_not_a_result(sandbox_factory, kill_from_outs
         for _ in range(20):  # the engine may report the death a moment late
             sb.exec("true", timeout=5)
             time.sleep(0.1)
+
+
+def test_no_device_nodes_and_snapshots_stay_private(backend, sandbox):
+    """Snapshots copy agent-made files to the host: no device node can be made inside, and
+    the backend's host folder is private to its owner (set-id bits kept by the copy)."""
+    r = sandbox.exec("mknod /work/mem c 1 1 && echo made", timeout=10)
+    assert r.exit_code != 0 and "made" not in r.stdout, r
+    sandbox.snapshot()
+    assert os.stat(sandboxes_state(backend)).st_mode & 0o777 == 0o700
