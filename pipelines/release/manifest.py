@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipelines.store import Store, StoreFS
+from pipelines.store.manifest import MAX_MANIFEST_BYTES
 from pipelines.store.shards import file_sha256
 from schemas.config import validation_message
 from schemas.errors import ShardError, StoreError, TrajforgeError, one_line
@@ -45,7 +46,6 @@ MANIFEST = "manifest.json"
 FORMAT = "trajforge.release/1"
 CHANGED = "changed (sha256 differs from the manifest)"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # release names and versions
-_MAX_MANIFEST = 64 << 20  # a manifest of a million files is ~200 MB; refuse anything absurd before parsing
 Count = Annotated[int, Field(strict=True, ge=0)]
 
 
@@ -225,7 +225,7 @@ def load(root: str | os.PathLike[str]) -> Release:
         if not sfs.is_dir(sfs.root):
             raise StoreError(f"{sfs.uri()}: not a release (no such folder)")
         raise StoreError(f"{sfs.uri()}: not a release (no {MANIFEST})")
-    if info.size is not None and info.size > _MAX_MANIFEST:
+    if info.size is not None and info.size > MAX_MANIFEST_BYTES:
         raise StoreError(f"{sfs.uri(path)}: unreadable manifest ({info.size:,} bytes, more than a release writes)")
     if _outside(sfs, path):
         raise StoreError(f"{sfs.uri(path)}: links outside the release folder")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipelines.store.fs import StoreFS
 from pipelines.store.shards import is_part_name
+from schemas.config import validation_message
 from schemas.errors import StoreError
 
 MANIFEST = "manifest.json"
@@ -88,7 +89,8 @@ class RunManifest:
         except OSError as exc:
             raise StoreError(f"{sfs.uri(path)}: unreadable run manifest ({exc})") from None
         except ValidationError as exc:
-            raise StoreError(f"{sfs.uri(path)}: {_problem(exc)}") from None
+            what = "unreadable" if exc.errors()[0]["type"] == "json_invalid" else "refused"
+            raise StoreError(f"{sfs.uri(path)}: {what} run manifest ({validation_message(exc)})") from None
         shards = [ShardEntry(**e.model_dump()) for e in body.shards]
         fields = body.model_dump(exclude={"format", "shards", "rows", "bytes"})
         return cls(**fields, shards=shards)
@@ -140,16 +142,3 @@ class _ManifestBody(BaseModel):
             if value is not None and value != listed:
                 raise ValueError(f"{total} is {value}, its shards add up to {listed}")
         return self
-
-
-def _problem(exc: ValidationError) -> str:
-    """A pydantic error as one phrase: where in the manifest, and what is wrong."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    if first["type"] == "json_invalid":
-        return f"unreadable run manifest ({first['msg']})"
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p if p.isidentifier() else repr(p)}" for p in first["loc"])
-    where = where.lstrip(".") or "top level"
-    msg = first["msg"].removeprefix("Value error, ")
-    more = f"; and {len(errors) - 1} more" if len(errors) > 1 else ""
-    return f"refused run manifest ({where}: {msg}{more})"
