@@ -148,10 +148,15 @@ if [ "$MODE" = run ]; then
   [ "$tok" = "$TOK" ] && done=1
 elif [ "$MODE" = keys ]; then
   size0=$(stat -c %s "$D/log"); seen=$size0; quiet=${{EPOCHREALTIME/./}}
+  fg0=0; [ "$up" = 1 ] && [ "$pgrp" = "$tpgid" ] && fg0=1  # bash itself owned the terminal before the keys
   {keys}
   while nap 50000; do  # until the prompt is back, or the program's answer has stopped growing for 0.3 s
     state; [ "$up" = 0 ] && break; [ "$prompt" = 1 ] && (( n > n0 )) && break
-    now=${{EPOCHREALTIME/./}}; (( now >= settle_end )) && break
+    now=${{EPOCHREALTIME/./}}
+    # the program that ran has ended and bash owns the terminal again: its hook is about to
+    # report (slowly on a loaded host), so wait for it up to the step's end, not for quiet
+    [ "$fg0" = 0 ] && [ "$pgrp" = "$tpgid" ] && quiet=$now && settle_end=$end
+    (( now >= settle_end )) && break
     sz=$(stat -c %s "$D/log")
     if [ "$sz" != "$seen" ]; then seen=$sz; quiet=$now; elif (( sz > size0 && now - quiet >= 300000 )); then break; fi
   done
@@ -161,9 +166,20 @@ else
   done=$free; flush=0
 fi
 if [ "$done" = 1 ] && [ "$flush" = 1 ]; then  # the pane's output has reached the log once the hook's mark is in it
-  printf -v bar '\033]7717;%s\007' "$n"; flush_end=$(( ${{EPOCHREALTIME/./}} + 3000000 ))
-  until tail -c 4096 "$D/log" | grep -qaF -- "$bar"; do
-    (( ${{EPOCHREALTIME/./}} >= flush_end )) && break; read -r -t 0.02 -u 9 _
+  # Scanned incrementally from the step's offset (a background job may print after the mark);
+  # waited for while the log still grows (tmux can lag far behind a flood), never past the
+  # step's end (at least 3 s), nor once the log has stopped growing for 1 s.
+  printf -v bar '\033]7717;%s\007' "$n"; now=${{EPOCHREALTIME/./}}; grow=$now
+  flush_end=$(( end > now + 3000000 ? end : now + 3000000 )); pos=$OFF; last=-1
+  while :; do
+    sz=$(stat -c %s "$D/log")
+    if (( sz > pos )); then
+      tail -c +$(( pos + 1 )) "$D/log" | head -c $(( sz - pos )) | grep -qaF -- "$bar" && break
+      pos=$(( sz - ${{#bar}} > OFF ? sz - ${{#bar}} : OFF ))
+    fi
+    now=${{EPOCHREALTIME/./}}; (( now >= flush_end )) && break
+    if (( sz != last )); then last=$sz; grow=$now; elif (( now - grow >= 1000000 )); then break; fi
+    read -r -t 0.02 -u 9 _
   done
   state
 fi
