@@ -88,6 +88,8 @@ def mounted_root(root: Path) -> Path:
     cache folder's host path. OSError says why it cannot (no root, no mkfs.ext4)."""
     from sandboxes.disk import make_ext4, mount_image, mounts_under
 
+    if os.geteuid() != 0:  # before the half-minute mkfs that the mount would then refuse
+        raise PermissionError(1, "mounting the root image needs root")
     image = root.with_name(root.name + ".img")
     point = state_dir() / "roots" / root.name
     with _build_lock("root-image"):
