@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -188,11 +189,12 @@ class Release:
 
 
 def _outside(sfs: StoreFS, path: str) -> bool:
-    """A local file whose real path (symlinks followed) is not under the release's."""
-    if not sfs.local:
-        return False
-    root = os.path.realpath(sfs.root)
-    return os.path.commonpath([root, os.path.realpath(path)]) != root
+    """A file that leaves the release folder (a symbolic link leading out): the store's own check."""
+    try:
+        sfs.confine(sfs.root, posixpath.relpath(path, sfs.root))
+    except StoreError:
+        return True
+    return False
 
 
 def shape_problems(sfs: StoreFS, manifest: Manifest) -> list[ShardError]:
