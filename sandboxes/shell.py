@@ -346,7 +346,7 @@ class ShellSession:
         note = None if frame.typed else "a program still runs in the foreground; the command was not typed"
         return self._result(frame, start, running=True, timed_out=True, note=note)
 
-    def send_keys(self, keys: str, *, enter: bool = False, literal: bool = True, settle: float = 1.0) -> ShellResult:
+    def send_keys(self, keys: str, *, enter: bool = False, literal: bool = True, settle: float = 3.0) -> ShellResult:
         """Type into whatever runs in the pane; ``literal=False`` takes tmux key names (``C-c``, ``Up``).
 
         Waits until the shell is back at its prompt, or the program's answer has stopped
@@ -356,7 +356,7 @@ class ShellSession:
         cmd = f"tx {flag}{shlex.quote(keys)}" + (" && tx Enter" if enter else "")
         return self._observe(cmd, settle)
 
-    def interrupt(self, *, settle: float = 1.0) -> ShellResult:
+    def interrupt(self, *, settle: float = 3.0) -> ShellResult:
         """Ctrl-C to the foreground program (or to the prompt, which starts a fresh line)."""
         return self.send_keys("C-c", literal=False, settle=settle)
 
