@@ -11,7 +11,7 @@ import contextlib
 import importlib
 import os
 import sys
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -21,6 +21,7 @@ from collectors.cli import app as collectors_app
 from collectors.search.cli import app as search_app
 from collectors.sim.cli import app as sim_app
 from pipelines.cli import app as pipelines_app
+from pipelines.progress import set_verbose
 from sandboxes.cli import app as sandboxes_app
 from schemas.config import validation_message
 from schemas.errors import TrajforgeError, one_line
@@ -39,6 +40,15 @@ app.add_typer(search_app, name="search")
 app.add_typer(sim_app, name="sim")
 app.add_typer(android_app, name="android")
 app.add_typer(training_app, name="train")
+
+
+@app.callback()
+def _options(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Beam's and other libraries' logs.")] = False,
+) -> None:
+    """Collect, curate, release and train on agent-environment transitions."""
+    if verbose:
+        set_verbose()
 
 
 def _click_errors() -> tuple[type[Exception], ...]:

@@ -36,6 +36,7 @@ from collectors.env import Task
 from collectors.jobs import JobConfig
 from collectors.runner import EpisodeSpec, JobSummary, done_trajectories, ledger_entry, plan, run_episode, tally
 from pipelines.curate.run import beam_args_for
+from pipelines.progress import watch
 from pipelines.store import StoreFS, StoreWriter
 from pipelines.store.layout import run_dir
 from pipelines.store.manifest import MANIFEST, RunManifest
@@ -237,7 +238,8 @@ def run_beam_job(job: JobConfig, tasks: list[Task], store: str, *, runner: str, 
                 | "Collect" >> _collect_transform(store, job.retries)
             )
             try:
-                p.run().wait_until_finish()
+                with watch(f"collect {job.job_id}", len(units), _committed_units(sfs, job.job_id, units), unit="units"):
+                    p.run().wait_until_finish()
             except Exception as exc:  # committed units stay; a rerun collects the rest
                 last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
                 raise TrajforgeError(f"job {job.job_id}: Beam pipeline on {runner} failed: {last[:300]}") from exc
@@ -248,6 +250,14 @@ def run_beam_job(job: JobConfig, tasks: list[Task], store: str, *, runner: str, 
             sfs.join("jobs", job.job_id, "runs", f"{run_id}.json"), json.dumps(asdict(summary), indent=1).encode()
         )
     return summary
+
+
+def _committed_units(sfs: StoreFS, job_id: str, units: list[Unit]):
+    """For the driver's progress: how many of the units have their ledger (written by the
+    worker that ran the unit, just before its commit)."""
+    names = {f"{u.run_id}.jsonl" for u in units}
+    folder = os.path.dirname(_ledger_path(sfs, job_id, units[0].run_id))
+    return lambda: sum(i.base_name in names for i in sfs.listdir(folder))
 
 
 def _tally(sfs: StoreFS, job_id: str, units: list[Unit], summary: JobSummary) -> None:

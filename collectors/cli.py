@@ -46,6 +46,7 @@ def collect(
         str | None, typer.Option(help="Run the episodes as a Beam pipeline on this runner (DirectRunner, DataflowRunner, ...).")
     ] = None,
     unit_size: Annotated[int, typer.Option(min=1, help="Beam mode: episodes per unit (committed whole).")] = 4,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Beam's and other libraries' logs.")] = False,
 ) -> None:
     """Run a collection job: episodes in sandboxes, recorded into the store. Resumable.
 
@@ -53,11 +54,10 @@ def collect(
     episode's key): N shards run by any batch scheduler collect the whole job, none twice.
     With --runner R, the episodes run as elements of a Beam pipeline; options after it go to
     Beam (--runner DataflowRunner --project=... --sdk_container_image=...)."""
-    import sys
-
     from collectors.jobs import load_job
     from collectors.runner import plan, run_job
     from pipelines.cli_inputs import store_target
+    from pipelines.progress import progress, quiet, say
     from schemas.errors import ConfigError
 
     if ctx.args and runner is None:
@@ -69,34 +69,21 @@ def collect(
             raise ConfigError("--runner and --num-shards: Beam spreads the episodes itself, give one or the other")
         from collectors.beam_collect import run_beam_job
 
-        summary = run_beam_job(job, tasks, store, runner=runner, beam_args=list(ctx.args), unit_size=unit_size,
-                               log=lambda m: print(m, file=sys.stderr, flush=True))  # fmt: skip
+        with quiet(not verbose):
+            summary = run_beam_job(job, tasks, store, runner=runner, beam_args=list(ctx.args), unit_size=unit_size, log=say)
         _report(summary)
         return
     if not 0 <= shard < num_shards:
         raise ConfigError(f"--shard {shard} --num-shards {num_shards}: need 0 <= shard < num-shards")
     total = len(plan(job, tasks, "", (shard, num_shards)))
-    if sys.stderr.isatty():
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("{task.fields[info]}"), transient=True) as bar:  # fmt: skip
-            t = bar.add_task(f"collect {job.job_id}", total=total, info="")
-
-            def update(s):
-                rate = s.transitions / max(time.monotonic() - started, 1e-9)
-                bar.update(t, completed=s.already_done + s.collected + s.failed,
-                           info=f"{rate:.1f} steps/s, {s.failed} failed")  # fmt: skip
-
-            started = time.monotonic()
-            summary = run_job(job, tasks, store, progress=update, shard=(shard, num_shards))
-    else:
+    started = time.monotonic()
+    with quiet(not verbose), progress(f"collect {job.job_id}", total, unit="episodes", every_s=0) as bar:
 
         def update(s):
-            print(f"collect {job.job_id}: {s.already_done + s.collected + s.failed}/{total} episodes, "
-                  f"{s.transitions} transitions, {s.failed} failed", file=sys.stderr, flush=True)  # fmt: skip
+            rate = s.transitions / max(time.monotonic() - started, 1e-9)
+            bar(s.already_done + s.collected + s.failed, f"{s.transitions} transitions, {rate:.1f} steps/s, {s.failed} failed")
 
-        summary = run_job(job, tasks, store, progress=update, shard=(shard, num_shards))
+        summary = run_job(job, tasks, store, progress=update, shard=(shard, num_shards), log=say)
     _report(summary)
 
 
