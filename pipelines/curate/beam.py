@@ -23,7 +23,9 @@ Decisions carry the piece index as ``shard``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -31,22 +33,24 @@ import numpy as np
 
 from pipelines.curate import logic, minhash
 from pipelines.curate.config import CurationConfig
+from pipelines.curate.reasons import validation_reason
 from pipelines.curate.records import Step, batch_chunks, trajectory_summary
 
 QUARANTINE = "quarantine"
 
 
-def _decision(tid, traj, domain, status, stage=None, reason=None, **extra) -> dict[str, Any]:
+def _decision(tid, traj, domain, status, stage=None, reason=None, detail=None, **extra) -> dict[str, Any]:
+    """One transition's verdict; a rejection's ``reason`` is from ``pipelines.curate.reasons``."""
     return {"tid": tid, "traj": traj, "domain": domain, "status": status, "stage": stage, "reason": reason,
-            "duplicate_of": None, "cluster": None, "flags": [], **extra}  # fmt: skip
+            "detail": detail, "duplicate_of": None, "cluster": None, "flags": [], **extra}  # fmt: skip
 
 
 class ReadChunks(beam.DoFn):
     """(piece index, path or (path, row span)) -> trajectory chunks; bad shards and
-    records go to ``quarantine``."""
+    records go to ``quarantine``. With ``done_dir``, an empty file per piece read."""
 
-    def __init__(self, store: str, config: dict[str, Any]) -> None:
-        self.store, self.config = store, config
+    def __init__(self, store: str, config: dict[str, Any], done_dir: str | None = None) -> None:
+        self.store, self.config, self.done_dir = store, config, done_dir
 
     def setup(self) -> None:
         from pipelines.store.fs import StoreFS
@@ -69,14 +73,20 @@ class ReadChunks(beam.DoFn):
                 ids, trajs, domains = (batch.column(c).to_pylist() for c in ("transition_id", "trajectory_id", "domain"))
                 for row, t, problems in checked_rows(batch):
                     if problems:
+                        reason = "unreadable_record" if t is None else validation_reason(problems[0])
                         yield beam.pvalue.TaggedOutput(
-                            QUARANTINE, _decision(ids[row], trajs[row], domains[row], "rejected", "validate", problems[0],
-                                                  shard=shard))  # fmt: skip
+                            QUARANTINE, _decision(ids[row], trajs[row], domains[row], "rejected", "validate", reason,
+                                                  problems[0], shard=shard))  # fmt: skip
                     else:
                         good.append(t)
                 yield from batch_chunks(good, self.cfg, self.index, shard)
         except ShardError as exc:
-            yield beam.pvalue.TaggedOutput(QUARANTINE, _decision(None, None, None, "rejected", "validate", str(exc), shard=shard))
+            yield beam.pvalue.TaggedOutput(
+                QUARANTINE, _decision(None, None, None, "rejected", "validate", "unreadable_shard", str(exc), shard=shard)
+            )
+        if self.done_dir:  # the driver counts these for its progress bar
+            with contextlib.suppress(OSError):
+                Path(self.done_dir, f"{shard:06d}").touch()
 
 
 class ReadIndex(beam.DoFn):
@@ -128,7 +138,8 @@ class ExactDuplicates(beam.PTransform):
             keeper = members[0]
             yield keeper
             for m in members[1:]:
-                yield beam.pvalue.TaggedOutput("dropped", (m["traj"], ("exact_dedup", f"exact duplicate of {keeper['traj']}")))
+                detail = f"exact duplicate of {keeper['traj']}"
+                yield beam.pvalue.TaggedOutput("dropped", (m["traj"], ("exact_dedup", "exact_duplicate", detail)))
 
         return (
             summaries
@@ -211,7 +222,7 @@ def _traj_of(node: str) -> str:
 def _near_verdict(item):
     node, label = item
     if label != node:
-        yield _traj_of(node), ("near_dedup", f"near duplicate of {_traj_of(label)}")
+        yield _traj_of(node), ("near_dedup", "near_duplicate", f"near duplicate of {_traj_of(label)}")
 
 
 def _step_decisions(item):
@@ -287,17 +298,18 @@ def mark_steps(item, mark_repeats: bool, threshold: float):
 
 
 def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: dict[str, Any],
-          previous: dict[str, list[str]] | None = None):  # fmt: skip
+          previous: dict[str, list[str]] | None = None, done_dir: str | None = None):  # fmt: skip
     """The pass-1 graph: shard paths -> (one decision per transition, quarantine included;
     summaries of the trajectories this pass keeps). ``previous`` names the index files of
-    earlier curations and passes (``{"traj": [...], "steps": [...]}``)."""
+    earlier curations and passes (``{"traj": [...], "steps": [...]}``); ``done_dir`` gets a
+    file per piece read (the driver's progress)."""
     config = CurationConfig.model_validate(cfg)
     items = sorted(shard_paths.items() if isinstance(shard_paths, dict) else enumerate(shard_paths))
     read = (
         pipeline
         | "ShardPaths" >> beam.Create(items)
         | "Reshuffle" >> beam.Reshuffle()
-        | "Read" >> beam.ParDo(ReadChunks(store, cfg)).with_outputs(QUARANTINE, main="chunks")
+        | "Read" >> beam.ParDo(ReadChunks(store, cfg, done_dir)).with_outputs(QUARANTINE, main="chunks")
     )
     trajectories = (
         read.chunks

@@ -123,24 +123,25 @@ def step_summary(t: Transition) -> StepSummary:
     return StepSummary(t.action.canonical, digest(masked(t.next_state)), t.next_state.truncated, t.action_error is not None)
 
 
-def trajectory_problem(steps: Sequence[StepSummary], cfg: Quality) -> str | None:
-    """Why a whole trajectory (its steps in order) is dropped, or None."""
+def trajectory_problem(steps: Sequence[StepSummary], cfg: Quality) -> tuple[str, str] | None:
+    """Why a whole trajectory (its steps in order) is dropped, as (reason, detail), or None
+    (reasons: ``pipelines.curate.reasons``)."""
     if not steps:
-        return "empty trajectory"
+        return "empty_trajectory", "empty trajectory"
     truncated = sum(s.truncated for s in steps) / len(steps)
     if truncated > cfg.max_truncated_ratio:
-        return f"truncated observations: {truncated:.0%} of steps > {cfg.max_truncated_ratio:.0%}"
+        return "truncated_observations", f"truncated observations: {truncated:.0%} of steps > {cfg.max_truncated_ratio:.0%}"
     run, longest = 1, 1
     for prev, cur in itertools.pairwise(steps):
         run = run + 1 if cur.action == prev.action else 1
         longest = max(longest, run)
     if longest >= cfg.max_repeated_action:
-        return f"degenerate: the same action {longest} times in a row"
+        return "repeated_action", f"degenerate: the same action {longest} times in a row"
     _state, n = Counter(s.next_hash for s in steps).most_common(1)[0]
     if n >= cfg.max_state_loop:
-        return f"degenerate: a loop through the same state {n} times"
+        return "state_loop", f"degenerate: a loop through the same state {n} times"
     if all(s.failed for s in steps):
-        return "every action failed"
+        return "all_actions_failed", "every action failed"
     return None
 
 
@@ -219,17 +220,23 @@ class EvalIndex:
                             index.ngrams.setdefault(g, name)
         return index
 
-    def contamination(self, trajectory: Sequence[Transition]) -> str | None:
+    def contamination(self, trajectory: Sequence[Transition]) -> tuple[str, str] | None:
+        """(reason, detail) when the trajectory leaks an evaluation task, else None."""
         first = trajectory[0]
         if first.task_id in self.ids:
-            return f"task id {first.task_id} is in {self.ids[first.task_id]}"
+            return "contaminated_task", f"task id {first.task_id} is in {self.ids[first.task_id]}"
         extra = json.loads(first.provenance.extra or "{}")
         key = (extra.get("repo"), extra.get("commit"))
         if key in self.repos:
-            return f"repo {key[0]} at {key[1]} is in {self.repos[key]}"
+            return "contaminated_repo", f"repo {key[0]} at {key[1]} is in {self.repos[key]}"
         texts = [first.instruction or ""] + [t.next_state.text for t in trajectory]
         for text in texts:
-            for g in word_ngrams(text, self.n):
-                if g in self.ngrams:
-                    return f"{self.n}-gram overlap with {self.ngrams[g]}"
+            if found := self.text_overlap(text):
+                return found
+        return None
+
+    def text_overlap(self, text: str) -> tuple[str, str] | None:
+        for g in word_ngrams(text, self.n):
+            if g in self.ngrams:
+                return "contaminated_text", f"{self.n}-gram overlap with {self.ngrams[g]}"
         return None

@@ -38,8 +38,9 @@ from schemas.errors import ShardError
 ATTRIBUTES = pa.schema(
     [
         ("transition_id", pa.string()), ("trajectory_id", pa.string()), ("domain", pa.string()),
-        ("status", pa.string()), ("stage", pa.string()), ("reason", pa.string()), ("duplicate_of", pa.string()),
-        ("cluster", pa.string()), ("flags", pa.list_(pa.string())), ("exclude_as_target", pa.bool_()),
+        ("status", pa.string()), ("stage", pa.string()), ("reason", pa.string()), ("detail", pa.string()),
+        ("duplicate_of", pa.string()), ("cluster", pa.string()), ("flags", pa.list_(pa.string())),
+        ("exclude_as_target", pa.bool_()),
     ]
 )  # fmt: skip
 TRAJ_INDEX = pa.schema([("traj", pa.string()), ("domain", pa.string()), ("order", pa.string()), ("key", pa.string()),
@@ -60,7 +61,7 @@ def write_shard(store: str, path: str, shard: int, work: str, cid: str, config: 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     by_tid, rows = {}, {"curated": [], "rejected": []}
-    for d in sorted(decisions, key=lambda d: (d["tid"] or "", d["reason"] or "")):
+    for d in sorted(decisions, key=lambda d: (d["tid"] or "", d["reason"] or "", d.get("detail") or "")):
         if d["tid"] is None or d["stage"] == "validate":  # quarantined: in the attributes only
             rows["rejected"].append(attribute(d))
         else:
@@ -171,7 +172,8 @@ def attribute(d: dict[str, Any]) -> dict[str, Any]:
     flags = sorted(d.get("flags") or [])
     return {
         "transition_id": d["tid"], "trajectory_id": d["traj"], "domain": d["domain"], "status": d["status"],
-        "stage": d["stage"], "reason": d["reason"], "duplicate_of": d.get("duplicate_of"), "cluster": d.get("cluster"),
+        "stage": d["stage"], "reason": d["reason"], "detail": d.get("detail"), "duplicate_of": d.get("duplicate_of"),
+        "cluster": d.get("cluster"),
         "flags": flags, "exclude_as_target": bool(d.get("duplicate_of")) or any(f.startswith("exclude:") for f in flags),
     }  # fmt: skip
 
@@ -199,7 +201,7 @@ class Tally:
                 self.rejected += 1
                 d["rejected"] += 1
                 self.stage[r["stage"]] += 1
-                self.reason[reason_family(r["reason"] or "")] += 1
+                self.reason[r["reason"] or "?"] += 1
             self.flags.update(f.split(":")[-1] for f in r["flags"])
             if r["cluster"]:
                 self.cluster_trajs.add((r["cluster"], r["trajectory_id"]))
@@ -223,11 +225,3 @@ class Tally:
     def cluster_sizes(self) -> dict[str, int]:
         sizes = Counter(Counter(c for c, _ in self.cluster_trajs).values())
         return {str(k): v for k, v in sorted(sizes.items())}
-
-
-def reason_family(reason: str) -> str:
-    """Group reasons that differ only in ids: 'exact duplicate of X' -> 'exact duplicate'."""
-    for prefix in ("exact duplicate of", "near duplicate of", "task id", "repo "):
-        if reason.startswith(prefix):
-            return prefix.removesuffix(" of").strip()
-    return reason

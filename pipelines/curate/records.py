@@ -30,7 +30,7 @@ class Step(NamedTuple):
     sa: str  # digest of masked state and action: the same step in other runs
     words: bytes  # word-set MinHash of the masked next state (32 x uint32)
     flags: tuple[str, ...]
-    contamination: str | None
+    contamination: tuple[str, str] | None  # (reason, detail)
     action: str  # digest of the canonical action
     next_hash: str  # digest of the masked next state
     truncated: bool
@@ -104,26 +104,23 @@ def batch_chunks(
     return chunks
 
 
-def text_contamination(t: Transition, index: logic.EvalIndex) -> str | None:
-    for g in logic.word_ngrams(t.next_state.text, index.n):
-        if g in index.ngrams:
-            return f"{index.n}-gram overlap with {index.ngrams[g]}"
-    return None
+def text_contamination(t: Transition, index: logic.EvalIndex) -> tuple[str, str] | None:
+    return index.text_overlap(t.next_state.text)
 
 
 def trajectory_summary(traj: str, chunks: Sequence[dict[str, Any]], cfg: CurationConfig) -> dict[str, Any]:
     """The chunks of one trajectory -> its exact key, signature, earliest order and the
-    reason to drop it, if any (decontamination first, then quality)."""
+    problem to drop it for, if any, as (stage, reason, detail): decontamination first, then quality."""
     steps = sorted((Step(*s) for c in chunks for s in c["steps"]), key=lambda s: s.step)
     sig = np.frombuffer(chunks[0]["sig"], dtype=np.uint64)
     for c in chunks[1:]:
         sig = np.minimum(sig, np.frombuffer(c["sig"], dtype=np.uint64))
     problem = None
     if cfg.decontaminate.enabled:
-        problem = next((("decontaminate", s.contamination) for s in steps if s.contamination), None)
+        problem = next((("decontaminate", *s.contamination) for s in steps if s.contamination), None)
     if problem is None and cfg.quality.enabled:
-        reason = logic.trajectory_problem([s.summary() for s in steps], cfg.quality)
-        problem = ("quality", reason) if reason else None
+        found = logic.trajectory_problem([s.summary() for s in steps], cfg.quality)
+        problem = ("quality", *found) if found else None
     return {
         "traj": traj,
         "domain": chunks[0]["domain"],

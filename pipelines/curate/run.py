@@ -11,7 +11,8 @@
    the index the next pass reads. Memory follows the pass, not the store or shard size.
 3. Here: the per-piece outputs become ``curated/<id>/<domain>/`` and
    ``rejected/<id>/<domain>/`` (the collection format, with manifests),
-   ``attributes.parquet`` beside each tree (stage, reason, duplicate_of, cluster, flags),
+   ``attributes.parquet`` beside each tree (stage, reason from ``pipelines.curate.reasons``,
+   detail, duplicate_of, cluster, flags),
    and ``curated/_index/<id>/`` (kept trajectories' keys and signatures, kept steps'
    keys), so a later curation of new runs dedupes against everything curated before.
    The same input and config give byte-identical output; ``report.json`` comes last.
@@ -38,6 +39,7 @@ import pyarrow.fs as pafs
 
 from pipelines.curate import output
 from pipelines.curate.config import CurationConfig
+from pipelines.progress import watch
 from pipelines.store import Store
 from pipelines.store.fs import LOCAL, StoreFS
 
@@ -256,17 +258,33 @@ def _previous_index(sfs: StoreFS, work: str) -> dict[str, list[str]]:
 
 def run_pass(reads: dict[int, tuple], store_uri: str, config: dict[str, Any], previous: dict[str, list[str]],
              every_read: dict[int, tuple], work: str, cid: str, beam_args: list[str] | None) -> dict[str, int]:  # fmt: skip
-    """One Beam pass over some pieces; the counts of earlier index rows it read and matched."""
+    """One Beam pass over some pieces; the counts of earlier index rows it read and matched.
+    Each piece read leaves an empty file in ``<work>/read/`` (the driver's progress)."""
     import apache_beam as beam
 
     from pipelines.curate.beam import WriteShards, build
 
     p = beam.Pipeline(options=beam_options(beam_args))
-    decisions, kept = build(p, reads, store_uri, config, previous)
+    decisions, kept = build(p, reads, store_uri, config, previous, done_dir=os.path.join(work, "read"))
     _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, every_read, work, cid, config)
     result = p.run()
     result.wait_until_finish()
     return {c.key.metric.name: c.committed for c in result.metrics().query()["counters"] if c.key.metric.namespace == "index"}
+
+
+def _pass_counters(work: Path, rows: dict[int, int]):
+    """For a pass's progress: transitions of the pieces read so far (``<work>/read/``), and
+    a text with the pieces whose outputs are written (``tally.json``, the last file)."""
+
+    def done() -> int:
+        names = set(os.listdir(work / "read"))
+        return sum(n for k, n in rows.items() if f"{k:06d}" in names)
+
+    def written(_n: int, _seconds: float) -> str:
+        n = sum((output.shard_dir(str(work), k) / "tally.json").exists() for k in rows)
+        return f"{n}/{len(rows)} pieces written"
+
+    return done, written
 
 
 def _in_own_process(fn, *args):
@@ -307,11 +325,14 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     t0 = time.monotonic()
     previous = _previous_index(sfs, str(work))
     groups = pass_groups(pieces, cfg.max_transitions_per_pass)
+    (work / "read").mkdir()
     for g, group in enumerate(groups):
         rows = sum(pieces[k].rows for k in group)
         log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} pieces of shards ({rows} transitions)")
         args = ({k: reads[k] for k in group}, store_uri, config, previous, reads, str(work), cid, beam_args)
-        counts = run_pass(*args) if len(groups) == 1 else _in_own_process(run_pass, *args)
+        read_so_far, written = _pass_counters(work, {k: pieces[k].rows for k in group})
+        with watch(f"curate pass {g + 1}/{len(groups)}", rows, read_so_far, unit="transitions", info=written):
+            counts = run_pass(*args) if len(groups) == 1 else _in_own_process(run_pass, *args)
         report.index_rows[str(g + 1)] = counts
         done = output.index_files(str(work), group)  # what this pass kept wins against later passes
         previous = {kind: previous[kind] + done[kind] for kind in previous}

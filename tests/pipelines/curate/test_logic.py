@@ -87,12 +87,12 @@ def test_13_gram_from_an_eval_file_is_caught(tmp_path):
     evals.write_text(json.dumps({"id": "bench-7", "instruction": sentence, "repo": "acme/x", "commit": "abc"}) + "\n")
     index = EvalIndex.from_files([str(evals)], n=13)
     leaked = step("Notes: " + " ".join(sentence.split()[1:14]) + " etc")
-    assert index.contamination([leaked]) == "13-gram overlap with bench.jsonl"
+    assert index.contamination([leaked]) == ("contaminated_text", "13-gram overlap with bench.jsonl")
     twelve = step("Notes: " + " ".join(sentence.split()[1:13]))
     assert index.contamination([twelve]) is None
-    assert index.contamination([replace(twelve, task_id="bench-7")]) == "task id bench-7 is in bench.jsonl"
+    assert index.contamination([replace(twelve, task_id="bench-7")]) == ("contaminated_task", "task id bench-7 is in bench.jsonl")
     repo = replace(twelve, provenance=replace(twelve.provenance, extra=json.dumps({"repo": "acme/x", "commit": "abc"})))
-    assert index.contamination([repo]) == "repo acme/x at abc is in bench.jsonl"
+    assert index.contamination([repo]) == ("contaminated_repo", "repo acme/x at abc is in bench.jsonl")
 
 
 def _labelled_corpus(seed=0, n_base=120):
@@ -166,11 +166,11 @@ def test_quality_drops_degenerate_trajectories_and_flags_steps():
     def problem(traj):
         return trajectory_problem([step_summary(t) for t in traj], cfg)
 
-    assert problem(same) == "degenerate: the same action 4 times in a row"
+    assert problem(same) == ("repeated_action", "degenerate: the same action 4 times in a row")
     loop = [step("same screen", action=f"cmd{i}", i=i) for i in range(5)]
-    assert problem(loop) == "degenerate: a loop through the same state 5 times"
+    assert problem(loop) == ("state_loop", "degenerate: a loop through the same state 5 times")
     cut = [step("x", action=f"c{i}", i=i, truncated=i < 2) for i in range(3)]
-    assert problem(cut).startswith("truncated observations: 67%")
+    assert problem(cut)[0] == "truncated_observations" and problem(cut)[1].startswith("truncated observations: 67%")
     fine = [step(f"out {i}", action=f"c{i}", i=i) for i in range(3)]
     assert problem(fine) is None
     assert transition_flags(step("   "), cfg) == ["exclude:empty_next_state"]

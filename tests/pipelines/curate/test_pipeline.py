@@ -103,8 +103,9 @@ def test_a_later_curation_dedupes_against_earlier_ones(tmp_path):
         w.write_many([replace(t, provenance=replace(t.provenance, run_id="day2")) for t in fresh] + copies)
     r2 = curate(CurationConfig(), str(store), beam_args=IN_MEMORY, log=lambda m: None)
     assert r2.curation_id != r1.curation_id and r2.transitions_in == len(fresh) + len(copies)
-    rows = run_query(f"SELECT DISTINCT stage, reason FROM rejected WHERE curation_id = '{r2.curation_id}'", str(store))
-    assert rows.to_pylist() == [{"stage": "exact_dedup", "reason": f"exact duplicate of {copied_traj}"}]
+    rows = run_query(f"SELECT DISTINCT stage, reason, detail FROM rejected WHERE curation_id = '{r2.curation_id}'", str(store))
+    expected = {"stage": "exact_dedup", "reason": "exact_duplicate", "detail": f"exact duplicate of {copied_traj}"}
+    assert rows.to_pylist() == [expected]
 
 
 def test_bad_records_are_quarantined_secrets_scrubbed_and_eval_tasks_removed(tmp_path):
@@ -121,13 +122,14 @@ def test_bad_records_are_quarantined_secrets_scrubbed_and_eval_tasks_removed(tmp
     cfg = CurationConfig(quality={"enabled": False}, decontaminate=Decontaminate(eval_sets=[str(evals)], ngram=5))
     report = curate(cfg, str(store), beam_args=IN_MEMORY, log=lambda m: None)
     assert report.scrubbed == {"openai_key": 1}
-    q = run_query(f"SELECT stage, reason FROM rejected WHERE transition_id = '{broken.transition_id}'", str(store))
-    assert q.to_pylist() == [{"stage": "validate", "reason": "content_hash: does not match state, action and next_state"}]
+    q = run_query(f"SELECT stage, reason, detail FROM rejected WHERE transition_id = '{broken.transition_id}'", str(store))
+    assert q.to_pylist() == [{"stage": "validate", "reason": "content_hash_mismatch",
+                              "detail": "content_hash: does not match state, action and next_state"}]  # fmt: skip
     text = run_query(f"SELECT next_state.text AS t FROM curated WHERE transition_id = '{leaky.transition_id}'", str(store))
     assert secret not in text.to_pylist()[0]["t"] and "<openai_key>" in text.to_pylist()[0]["t"]
-    dec = run_query("SELECT DISTINCT trajectory_id, reason FROM rejected WHERE stage = 'decontaminate'", str(store))
+    dec = run_query("SELECT DISTINCT trajectory_id, reason, detail FROM rejected WHERE stage = 'decontaminate'", str(store))
     assert {r["trajectory_id"] for r in dec.to_pylist()} >= {target.trajectory_id}
-    assert all(r["reason"] == "5-gram overlap with eval.jsonl" for r in dec.to_pylist())
+    assert all((r["reason"], r["detail"]) == ("contaminated_text", "5-gram overlap with eval.jsonl") for r in dec.to_pylist())
 
 
 def test_cli_runs_on_the_embedded_multiprocess_runner_and_refuses_bad_configs(tmp_path):
