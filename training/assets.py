@@ -5,6 +5,8 @@ runs here, before any training starts, and fails with one line naming what is wr
 - A ``tokenizer.json`` alone (the one a store trains with ``trajforge tokenizer train``)
   becomes a ``PreTrainedTokenizerFast`` with a ChatML template (``<|im_start|>``/
   ``<|im_end|>``, Qwen's); a tokenizer folder or hub name loads with ``AutoTokenizer``.
+  A release ships the same tokenizer (``pipelines.release.tokens.ship_tokenizer``): loaded
+  from the release folder it renders the samples exactly as this does.
 - ``model.init`` builds a Qwen3 of that size with random weights (nothing to download);
   ``model.path`` loads any causal LM with ``AutoModelForCausalLM``.
 """
@@ -16,13 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.release.tokens import CHATML, EOS_TOKEN, PAD_TOKEN  # the one template: releases ship it too
 from schemas.errors import ConfigError, MissingExtraError, TrainingError
 from training.config import ModelSpec, TrainConfig
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 # A tiny Qwen3 (the architecture of the user's reference model) unless model.init says otherwise.
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 8192, "tie_word_embeddings": True}  # fmt: skip
@@ -105,8 +104,8 @@ def load_tokenizer(cfg: TrainConfig):
     path, bare = tokenizer_source(cfg)
     try:
         if bare is not None:
-            tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(bare), eos_token="<|im_end|>",
-                                                       pad_token="<|endoftext|>", bos_token=None)  # fmt: skip
+            tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(bare), eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
+                                                       bos_token=None)  # fmt: skip
         else:
             tok = transformers.AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...

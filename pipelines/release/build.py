@@ -84,6 +84,10 @@ class ReleaseReport:
     tokens: dict[str, dict[str, int]] = field(default_factory=dict)
     shortfall: dict[str, dict[str, float]] = field(default_factory=dict)
     identical: bool = False  # the version existed with exactly this content
+    tokenizer: dict[str, Any] = field(default_factory=dict)  # what ship_tokenizer wrote (the card states it)
+    dropped: dict[str, dict[str, int]] = field(default_factory=dict)  # stage -> length reason -> samples left out
+    lengths: dict[str, dict[str, int]] = field(default_factory=dict)  # stage -> p50/p90/p99/max tokens per sample
+    input_hash: str = ""  # what the release was built from (input_hash): an unchanged rerun answers without building
 
     def summary(self) -> str:
         lines = [f"release {self.name} {self.version} at {self.path}{' (already there, identical)' if self.identical else ''}"]
@@ -93,6 +97,10 @@ class ReleaseReport:
         for stage, lacks in self.shortfall.items():
             for domain, n in lacks.items():
                 lines.append(f"  shortfall: {stage} {domain} lacks {n:,.0f} tokens of its target")
+        for stage, reasons in self.dropped.items():
+            if reasons:
+                parts = ", ".join(f"{n:,} {reason}" for reason, n in sorted(reasons.items()))
+                lines.append(f"  dropped for length: {stage} {parts} (over max_tokens)")
         return "\n".join(lines)
 
 
@@ -111,9 +119,86 @@ def curations(store: Store, cfg: MixtureConfig) -> list[str]:
     return list(cfg.curations)
 
 
-def input_shards(store: Store, cids: list[str]) -> list[tuple[str, str]]:
-    """(curation id, shard path) of every curated shard, in a stable order."""
-    return sorted((s.run.run_id, s.path) for s in store.readable_shards("curated") if s.run.run_id in cids)
+def input_shards(store: Store, cids: list[str], digests: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(curation id, shard path) of every curated shard, in a stable order; ``digests`` gets
+    each shard's sha256 (its manifest's, checked on reading)."""
+    shards = [s for s in store.readable_shards("curated") if s.run.run_id in cids]
+    if digests is not None:
+        digests.update({s.path: s.entry.sha256 for s in shards})
+    return sorted((s.run.run_id, s.path) for s in shards)
+
+
+INPUTS = "trajforge.release-inputs/1"
+
+
+def _code_sha256() -> str:
+    """The source of the code that decides a release's content (sample layouts, records)."""
+    h = hashlib.sha256()
+    for package in ("pipelines/release", "schemas"):
+        for path in sorted(Path(__file__).resolve().parents[2].joinpath(package).glob("*.py")):
+            h.update(f"{package}/{path.name}\x00".encode() + path.read_bytes() + b"\x00")
+    return h.hexdigest()
+
+
+def input_hash(store: Store, cfg: MixtureConfig, cids: list[str], shards: list[tuple[str, str]], digests: dict[str, str],
+               name: str, version: str, rows_per_file: int) -> str:  # fmt: skip
+    """A hash of everything a release is built from: the curations' shards (their manifests'
+    sha256), attributes and indexes and what the release reads of their reports (not their
+    timings), the distillation files read, the mixture config, the tokenizer, the code and
+    library versions. Paths are relative to the store, so the same
+    inputs in another store hash the same. Reads no shard (only the small files are hashed)."""
+    sfs = store.sfs
+    from pipelines.release.distill import distill_path
+
+    def sha(path: str) -> str | None:
+        return file_sha256(sfs, path) if sfs.exists(path) else None
+
+    def report(cid: str) -> dict[str, Any]:  # the parts a release reads (the card, the lineage): not its timings
+        body = json.loads(sfs.read_bytes(sfs.join("curated", cid, "report.json")))
+        return {k: body.get(k) for k in ("config", "kept", "rejected", "by_reason")}
+
+    curated = {cid: {"report": report(cid),
+                     "attributes": sha(sfs.join("curated", cid, "attributes.parquet")),
+                     "index": sha(sfs.join("curated", "_index", f"{cid}.json"))} for cid in cids}  # fmt: skip
+    body = {
+        "format": INPUTS,
+        "release": [name, version, rows_per_file],
+        "config": json.loads(json.dumps(cfg.model_dump(mode="json") | {"tokenizer": Path(cfg.tokenizer).name})),
+        "tokenizer": tokenizer_hash(cfg.tokenizer),
+        "curations": curated,
+        "shards": [[cid, sfs.rel(path), digests.get(path), sha(distill_path(store, path))] for cid, path in shards],
+        "code": [_code_sha256(), _versions()],
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def unchanged_release(store: Store, final: str, key: str, report: ReleaseReport) -> ReleaseReport | None:
+    """The report of the release at ``final`` when it was built from exactly these inputs
+    (its manifest's ``input_hash`` is ``key`` and its folder holds the listed files), else None."""
+    from pipelines.release.manifest import open_release
+    from schemas.errors import TrajforgeError
+
+    if not store.sfs.exists(f"{final}/manifest.json"):
+        return None
+    try:
+        manifest = open_release(store.sfs.uri(final)).manifest
+    except TrajforgeError:
+        return None  # damaged: build, and let the comparison of manifests decide
+    extra = manifest.model_extra or {}
+    if extra.get("input_hash") != key:
+        return None
+    for f in manifest.files:
+        if f.stage and f.split:
+            report.samples.setdefault(f.stage, {}).setdefault(f.split, 0)
+            report.samples[f.stage][f.split] += f.rows or 0
+            report.tokens.setdefault(f.stage, {}).setdefault(f.split, 0)
+            report.tokens[f.stage][f.split] += f.tokens or 0
+    plan = extra.get("plan") or {}
+    report.shortfall = {st: p["shortfall"] for st, p in plan.items() if isinstance(p, dict) and p.get("shortfall")}
+    report.dropped = extra.get("dropped_for_length") or {}
+    report.lengths = extra.get("lengths") or {}
+    report.input_hash, report.identical = key, True
+    return report
 
 
 def split_trajectories(store: Store, shards: list[tuple[str, str]]) -> set[str]:
@@ -144,12 +229,15 @@ def _bin(n: int) -> int:
 
 
 class Stats:
-    """Per (stage, split, domain): samples and tokens; per stage: a token-length histogram."""
+    """Per (stage, split, domain): samples and tokens; per stage: a token-length histogram; per
+    (stage, reason): samples dropped for length; per licence: trajectories that name it."""
 
     def __init__(self) -> None:
         self.rows: Counter = Counter()
         self.tokens: Counter = Counter()
         self.hist: dict[str, Counter] = defaultdict(Counter)
+        self.dropped: Counter = Counter()
+        self.licenses: Counter = Counter()
 
     def add(self, stage: str, sample: dict[str, Any]) -> None:
         key = f"{stage}|{sample['split']}|{sample['domain']}"
@@ -158,13 +246,24 @@ class Stats:
         self.hist[stage][_bin(sample["tokens"])] += 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"rows": self.rows, "tokens": self.tokens, "hist": {k: dict(v) for k, v in self.hist.items()}}
+        return {"rows": self.rows, "tokens": self.tokens, "hist": {k: dict(v) for k, v in self.hist.items()},
+                "dropped": self.dropped, "licenses": self.licenses}  # fmt: skip
 
     def merge(self, other: dict[str, Any]) -> None:
         self.rows.update(other["rows"])
         self.tokens.update(other["tokens"])
         for stage, h in other["hist"].items():
             self.hist[stage].update({int(k): v for k, v in h.items()})
+        self.dropped.update(other.get("dropped", {}))
+        self.licenses.update(other.get("licenses", {}))
+
+    def drops(self) -> dict[str, dict[str, int]]:
+        """{stage: {reason: samples}} dropped for length."""
+        out: dict[str, dict[str, int]] = {}
+        for key, n in sorted(self.dropped.items()):
+            stage, reason = key.split("|")
+            out.setdefault(stage, {})[reason] = n
+        return out
 
     def by(self, what: str, stage: str, split: str | None = None) -> dict[str, int]:
         """{domain: rows or tokens} of a stage (and split)."""
@@ -187,13 +286,28 @@ def _trajectories(transitions, excluded: set[str], reasoning: dict[str, str], ci
         yield Trajectory(steps, frozenset(t.transition_id for t in steps if t.transition_id in excluded), cid, reasoning)
 
 
-def samples_of(traj, tokens, cfg: MixtureConfig) -> dict[str, list[dict[str, Any]]]:
+def source_license(traj) -> str | None:
+    """The licence a trajectory's source names (``provenance.extra`` ``{"license": ...}``, which
+    converters of imported data set), or None."""
+    try:
+        extra = json.loads(traj.first.provenance.extra or "{}")
+    except json.JSONDecodeError:
+        return None
+    value = extra.get("license") if isinstance(extra, dict) else None
+    return value.strip().lower() if isinstance(value, str) and value.strip() else None
+
+
+def samples_of(traj, tokens, cfg: MixtureConfig, stats: Stats | None = None) -> dict[str, list[dict[str, Any]]]:
     from pipelines.release.samples import build_samples
 
     split = mixture.split_of(cfg, traj.first.domain, traj.first.env_id, traj.first.task_id)
     if not simulated.keeps(cfg, traj):  # simulated trajectories: excluded unless the mixture says otherwise
         return {}
-    out = build_samples(traj, tokens, cfg)
+    drops: dict[str, Counter] = {}
+    out = build_samples(traj, tokens, cfg, drops)
+    if stats is not None:
+        stats.licenses[source_license(traj) or "unspecified"] += 1
+        stats.dropped.update({f"{stage}|{reason}": n for stage, c in drops.items() for reason, n in c.items()})
     for items in out.values():
         for s in items:
             s["split"] = split
@@ -283,7 +397,7 @@ def _beam():
 
             def flush() -> None:
                 for traj in _trajectories(pending, excluded, reasoning, cid):
-                    out.add(samples_of(traj, self.tokens, self.cfg))
+                    out.add(samples_of(traj, self.tokens, self.cfg, out.stats))
                 pending.clear()
 
             for batch in read_shard(Store(self.store).sfs, path):
@@ -319,7 +433,7 @@ def _beam():
             (traj,) = _trajectories([m[2] for m in members], excluded_ids(self.store, cid), reasoning, cid)
             name = "z" + hashlib.blake2b(traj_id.encode(), digest_size=8).hexdigest()  # after the shard files
             out = SampleWriter(Path(self.work), name, Stats())
-            out.add(samples_of(traj, self.tokens, self.cfg))
+            out.add(samples_of(traj, self.tokens, self.cfg, out.stats))
             out.close()
             yield name
 
@@ -373,8 +487,9 @@ def _file_specs(work: Path, stage: str, rows_per_file: int) -> list[tuple[str, i
 def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, *, beam_args: list[str] | None = None,
                    log=print, rows_per_file: int = ROWS_PER_FILE) -> ReleaseReport:  # fmt: skip
     from pipelines.curate.run import beam_options
+    from pipelines.progress import files_done, parquet_done, watch
     from pipelines.release import card
-    from pipelines.release.tokens import load_tokenizer
+    from pipelines.release.tokens import load_tokenizer, ship_tokenizer
 
     if not _NAME.match(name) or not _NAME.match(version):
         bad = name if not _NAME.match(name) else version
@@ -382,7 +497,12 @@ def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, 
     load_tokenizer(cfg.tokenizer)  # a tokenizer that cannot load stops us before any work
     store = Store(store_uri)
     cids = curations(store, cfg)
-    shards = input_shards(store, cids)
+    digests: dict[str, str] = {}
+    shards = input_shards(store, cids, digests)
+    key = input_hash(store, cfg, cids, shards, digests, name, version, rows_per_file)
+    final = store.sfs.join("releases", name, version)
+    if (done := unchanged_release(store, final, key, ReleaseReport(name, version, store.sfs.uri(final)))) is not None:
+        return done  # built from exactly these inputs already: nothing to do
     cfg = simulated.resolve(cfg, store, shards)  # use: cap counts simulated trajectories once
     releases = Path(store.sfs.local_path(store.sfs.join("releases", name)))  # object stores: built locally
     tmp = releases / f".{version}.building"
@@ -394,7 +514,8 @@ def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, 
 
     spanning = split_trajectories(store, shards)
     log(f"release {name} {version}: samples from {len(shards)} curated shards of {len(cids)} curations")
-    with beam.Pipeline(options=beam_options(beam_args)) as p:
+    with watch("release samples", len(shards), files_done(str(work / "stats-[0-9]*.json")), unit="shards"), \
+            beam.Pipeline(options=beam_options(beam_args)) as p:  # fmt: skip
         away = (
             p
             | "Shards" >> beam.Create(list(enumerate(shards)))
@@ -410,7 +531,8 @@ def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, 
 
     log(f"release {name} {version}: writing the mixture")
     specs = [spec for st in cfg.enabled() for spec in _file_specs(work, st, rows_per_file)]
-    with beam.Pipeline(options=beam_options(beam_args)) as p:
+    with watch("release files", len(specs) * len(SPLITS), parquet_done(str(tmp / "data" / "*" / "*.parquet")), unit="files"), \
+            beam.Pipeline(options=beam_options(beam_args)) as p:  # fmt: skip
         _ = (
             p
             | "Files" >> beam.Create(specs)
@@ -427,13 +549,28 @@ def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, 
         report.tokens.setdefault(f["stage"], {}).setdefault(f["split"], 0)
         report.tokens[f["stage"]][f["split"]] += f["tokens"]
     report.shortfall = {st: pl.shortfall for st, pl in plans.items() if pl.shortfall}
+    report.dropped, report.input_hash = stats.drops(), key
+    report.lengths = {stage: length_summary(n) for stage, n in token_lengths(tmp).items()}
     lineage = lineage_of(store, cids, name, version)
     (tmp / "lineage.json").write_text(json.dumps(lineage, indent=1, sort_keys=True) + "\n")
+    report.tokenizer = ship_tokenizer(cfg.tokenizer, tmp)
     card.write_card(tmp, cfg, name, version, report, stats, plans, store, cids)
-    manifest = build_manifest(tmp, cfg, name, version, cids, lineage, plans)
+    manifest = build_manifest(tmp, cfg, name, version, cids, lineage, plans, report)
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
     return _put_in_place(store, tmp, store.sfs.join("releases", name, version), report)
+
+
+def _content(manifest: bytes) -> Any:
+    """A manifest without its ``input_hash``: inputs that changed without changing the content
+    (a reformatted report, another library version) give the same release."""
+    try:
+        body = json.loads(manifest)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return manifest
+    if isinstance(body, dict):
+        body.pop("input_hash", None)
+    return body
 
 
 def _put_in_place(store: Store, tmp: Path, final: str, report: ReleaseReport) -> ReleaseReport:
@@ -444,7 +581,7 @@ def _put_in_place(store: Store, tmp: Path, final: str, report: ReleaseReport) ->
     sfs = store.sfs
     old = f"{final}/manifest.json"
     if sfs.exists(final if sfs.local else old):
-        same = sfs.exists(old) and sfs.read_bytes(old) == (tmp / "manifest.json").read_bytes()
+        same = sfs.exists(old) and _content(sfs.read_bytes(old)) == _content((tmp / "manifest.json").read_bytes())
         shutil.rmtree(tmp)
         if not same:
             raise StoreError(f"{sfs.uri(final)}: release {report.name} {report.version} exists with other content: "
@@ -470,6 +607,27 @@ def data_files(root: Path) -> list[dict[str, Any]]:
         out.append({"path": str(path.relative_to(root)), "stage": path.parent.name, "split": path.name.split("-")[0],
                     "rows": table.num_rows, "tokens": int(pc.sum(table.column("tokens")).as_py() or 0)})  # fmt: skip
     return out
+
+
+def token_lengths(root: Path) -> dict[str, Any]:
+    """Tokens per sample of each stage (numpy arrays), over the release's files: every split,
+    train samples as often as the mixture takes them."""
+    import numpy as np
+
+    parts: dict[str, list] = {}
+    for path in sorted(root.glob("data/*/*.parquet")):
+        parts.setdefault(path.parent.name, []).append(pq.read_table(path, columns=["tokens"]).column("tokens").to_numpy())
+    return {stage: np.concatenate(chunks) for stage, chunks in parts.items()}
+
+
+def length_summary(tokens) -> dict[str, int]:
+    """Samples, p50, p90, p99 and max tokens per sample (nearest rank, so each is a real length)."""
+    import numpy as np
+
+    if not len(tokens):
+        return {"samples": 0}
+    q = {f"p{p}": int(np.percentile(tokens, p, method="higher")) for p in (50, 90, 99)}
+    return {"samples": len(tokens), **q, "max": int(tokens.max())}
 
 
 def lineage_of(store: Store, cids: list[str], name: str, version: str) -> dict[str, Any]:
@@ -499,7 +657,7 @@ def _versions() -> dict[str, str]:
 
 
 def build_manifest(root: Path, cfg: MixtureConfig, name: str, version: str, cids: list[str], lineage: dict[str, Any],
-                   plans: dict[str, mixture.StagePlan]) -> dict[str, Any]:  # fmt: skip
+                   plans: dict[str, mixture.StagePlan], report: ReleaseReport | None = None) -> dict[str, Any]:  # fmt: skip
     tokens = {f["path"]: f for f in data_files(root)}
     files = []
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != "manifest.json"):
@@ -525,4 +683,4 @@ def build_manifest(root: Path, cfg: MixtureConfig, name: str, version: str, cids
         "libraries": versions,
         "seed": cfg.seed,
         "plan": {stage: asdict(p) for stage, p in plans.items()},
-    }
+    } | ({"input_hash": report.input_hash, "dropped_for_length": report.dropped, "lengths": report.lengths} if report else {})

@@ -24,6 +24,7 @@ def create(
     name: Annotated[str, typer.Option(help="Release name.")],
     version: Annotated[str, typer.Option(help="Release version (immutable once created).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Beam's and other libraries' logs.")] = False,
 ) -> None:
     """Build CPT/SFT/RL samples from curated data, mix them and publish releases/NAME/VERSION.
 
@@ -32,12 +33,16 @@ def create(
     from dataclasses import asdict
 
     from pipelines.cli_inputs import checked_beam_args, existing_store
-    from pipelines.release.build import create_release
+    from pipelines.progress import quiet, say
     from pipelines.release.config import load_mixture
 
     cfg = load_mixture(mixture, store)
     store = existing_store(store)
-    report = create_release(cfg, store, name, version, beam_args=checked_beam_args(list(ctx.args)), log=_log)
+    beam_args = checked_beam_args(list(ctx.args))
+    with quiet(not verbose):
+        from pipelines.release.build import create_release
+
+        report = create_release(cfg, store, name, version, beam_args=beam_args, log=say)
     typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.summary())
 
 
@@ -99,10 +104,11 @@ def list_(store: StoreOpt) -> None:
 def export(
     release: Annotated[str, typer.Argument(help="A release folder.")],
     out: Annotated[str, typer.Option(help="Output folder.")],
-    format: Annotated[str, typer.Option("--format", help="agentworldbench")] = "agentworldbench",
+    format: Annotated[str, typer.Option("--format", help="agentworldbench (the only one)")] = "agentworldbench",
 ) -> None:
-    """Check the files it reads, then write the test split in another tool's format
-    (AgentWorldBench JSONL, one file per domain), printing where each file went."""
+    """Check the files it reads, then write the SFT test split in another tool's format,
+    printing where each file went: agentworldbench writes OUT/<domain>_test.jsonl, the files
+    AgentWorldBench's harness loads (eval.py infer --data-dir OUT)."""
     from pipelines.release.inspect import export_agentworldbench
     from schemas.errors import ConfigError
 

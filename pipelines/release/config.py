@@ -6,13 +6,20 @@ much of each domain each stage gets, and how samples split. Checked before any w
     seed: 0
     splits: {validation: 0.05, test: 0.05, held_out_envs: []}
     stages:
-      sft: {token_budget: 5000000, weights: {terminal: 2, swe: 1}, max_epochs: 2, max_prompt_tokens: 4096}
+      sft: {token_budget: 5000000, weights: {terminal: 2, swe: 1}, max_epochs: 2, max_prompt_tokens: 4096,
+            max_tokens: 4096}     # the most tokens a sample may have as training renders it (null: no limit)
+    license: apache-2.0           # Hugging Face licence id; null: from the sources' licences
+    language: [en]                # null: en
     simulated: {use: exclude}     # trajectories a world model simulated: exclude (default) | include | cap
                                   # (cap: {use: cap, max_share: 0.2} of the trajectories at most)
 
 Weights are relative (any positive numbers; domains not named get 0 unless ``weights`` is
 empty, which means every domain in proportion to what exists). Budgets and weights apply
 to the train split; validation and test take every sample of their tasks.
+
+``max_tokens`` is a hard limit per sample: SFT and RL samples drop their oldest history
+until they fit, the target is never cut, and a sample that cannot fit even without
+history is dropped and counted with its reason (``pipelines.release.samples``).
 
 A mixture that can build nothing is refused: an empty file, ``stages: {}``, every stage
 disabled, ``curations: []``, or weights that sum to 0.
@@ -33,6 +40,8 @@ from schemas.transition import DOMAINS
 STAGES = ("cpt", "sft", "rl")
 SPLITS = ("train", "validation", "test")
 ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # names that become folder names: no separators, no ..
+LICENSE = r"^[a-z0-9][a-z0-9.+_-]{0,63}$"  # Hugging Face's licence ids: apache-2.0, cc-by-4.0, other
+LANGUAGE = r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$"
 
 
 class Stage(Strict):
@@ -42,6 +51,7 @@ class Stage(Strict):
     max_epochs: float = Field(1.0, ge=1.0, le=100.0)  # the most times any sample may repeat
     context_tokens: int = Field(4096, ge=64)  # CPT: documents split at turn boundaries past this
     max_prompt_tokens: int = Field(4096, ge=64)  # SFT/RL: oldest history turns dropped past this
+    max_tokens: int | None = Field(None, ge=64)  # a sample's whole length as training renders it; None: no limit
 
     @model_validator(mode="after")
     def _weights(self) -> Stage:
@@ -88,7 +98,10 @@ class MixtureConfig(Strict):
     tokenizer: str = "tokenizer.json"
     seed: int = 0
     strict: bool = False  # refuse a budget that the data cannot meet (else: report the shortfall)
-    license: str = "other"
+    license: str | None = Field(None, pattern=LICENSE)  # a Hugging Face licence id; None: from the sources
+    license_name: str | None = Field(None, pattern=LICENSE)  # with license: other (Hugging Face's rule)
+    license_link: str | None = Field(None, min_length=1, max_length=500)
+    language: list[str] | None = None  # ISO 639 codes; None: en
     splits: Splits = Splits()
     stages: dict[str, Stage] = Field(default_factory=lambda: {s: Stage() for s in STAGES})
     simulated: Simulated = Simulated()
@@ -100,6 +113,20 @@ class MixtureConfig(Strict):
         if isinstance(ids, list) and (not ids or not all(re.match(ID, i) for i in ids)):
             raise ValueError(f"give 'all' or a list of curation ids (letters, digits, '.', '_', '-'), got {value!r}")
         return ids
+
+    @field_validator("language", mode="before")
+    @classmethod
+    def _languages(cls, value: object) -> object:
+        value = [value] if isinstance(value, str) else value
+        if isinstance(value, list) and not all(isinstance(v, str) and re.match(LANGUAGE, v) for v in value):
+            raise ValueError(f"give ISO 639 language codes such as [en] or [en, zh], got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _license(self) -> MixtureConfig:
+        if (self.license_name or self.license_link) and self.license not in (None, "other"):
+            raise ValueError(f"license_name and license_link go with license: other, not {self.license!r}")
+        return self
 
     @model_validator(mode="after")
     def _stages(self) -> MixtureConfig:

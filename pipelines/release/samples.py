@@ -32,16 +32,31 @@
 
 Steps that curation marked ``exclude_as_target`` (repeats of a kept step, empty or
 error-only results) give no SFT or RL sample; they stay in other samples' history.
-Token counts are sums over a sample's pieces (each observation, action, instruction and
-template line tokenized on its own, each distinct piece once): a merge across a piece
-boundary can move the true count of the joined text by about a token per piece (tested
-within 2%), and the chat template's own tokens are not included.
+
+**Lengths.** A stage's ``max_tokens`` is a hard limit per sample. SFT and RL samples drop
+their oldest history turns (like ``max_prompt_tokens``) until prompt and target fit; the
+target is never cut. A sample that cannot fit even without history is dropped and counted
+under a reason of :data:`LENGTH_REASONS`; so is a CPT part longer than ``max_tokens`` (a
+single turn with its header and state).
+
+**Token counts.** SFT and RL counts are of the chat as training renders it with the ChatML
+template (:func:`render_chat`: ``<|im_start|>role\ncontent<|im_end|>\n`` per message):
+``tokens`` of an SFT sample is ``len(apply_chat_template(prompt + completion))``, of an RL
+sample ``len(apply_chat_template(prompt, add_generation_prompt=True))``; ``prompt_tokens``
+and ``completion_tokens`` are the rendered messages' shares. They are exact when the
+tokenizer holds ``<|im_start|>`` and ``<|im_end|>`` as added tokens (trajforge's trained
+tokenizers and Qwen's do): the tokenizer then splits the text at them, so each message's
+``role\ncontent`` is tokenized on its own, and each distinct message is counted once.
+With another tokenizer they are off by about a token per message. CPT counts are sums over
+a document's pieces (each distinct piece tokenized once): a merge across a piece boundary
+can move the true count by about a token per piece (tested within 2%).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +76,26 @@ ENVIRONMENTS = {
     "search": "A search engine. An observation is a page of results.",
 }
 OPEN, CLOSE = "<predicted_observation>", "</predicted_observation>"
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+LENGTH_REASONS = {
+    "target_too_long": "SFT/RL: the target with the system prompt alone is longer than max_tokens",
+    "prompt_too_long": "SFT/RL: the prompt without history (task, current state, action) and the target exceed max_tokens",
+    "turn_too_long": "CPT: one turn with its header and state is longer than max_tokens",
+}
+
+
+def render_chat(messages: Sequence[dict[str, str]], add_generation_prompt: bool = False) -> str:
+    """The text the ChatML template renders (``tokens.CHATML``; tested to match ``apply_chat_template``)."""
+    text = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
+    return text + (f"{IM_START}assistant\n" if add_generation_prompt else "")
+
+
+def _message(role: str, content: str) -> tuple[str, ...]:
+    """One rendered message as pieces split where the tokenizer splits it (at its added tokens)."""
+    return IM_START, f"{role}\n{content}", IM_END, "\n"
+
+
+GENERATION_PROMPT = (IM_START, "assistant\n")
 
 
 def system_prompt(domain: str, env_id: str) -> str:
@@ -143,7 +178,8 @@ def _warm(traj: Trajectory, tokens: PieceCounts) -> None:
     tokens.warm([p for t in traj.steps for p in (t.state.text, t.next_state.text, t.action.canonical)])
 
 
-def cpt_documents(traj: Trajectory, tokens: PieceCounts, context_tokens: int) -> list[dict[str, Any]]:
+def cpt_documents(traj: Trajectory, tokens: PieceCounts, context_tokens: int, max_tokens: int | None = None,
+                  drops: Counter | None = None) -> list[dict[str, Any]]:  # fmt: skip
     steps = traj.steps
     _warm(traj, tokens)
     header = _header(traj.first)
@@ -161,35 +197,60 @@ def cpt_documents(traj: Trajectory, tokens: PieceCounts, context_tokens: int) ->
     meta = traj.meta()
     out = []
     for k, (a, b) in enumerate(docs):
-        text = SEP.join(["".join(header), "".join(_start(a, steps[a])), *("".join(_turn(i, steps[i])) for i in range(a, b))])
         n = n_header + n_start[a] + sum(n_turn[a:b])
+        if max_tokens is not None and n > max_tokens:  # one turn alone past the limit: a part too long to train on
+            if drops is not None:
+                drops["turn_too_long"] += 1
+            continue
+        text = SEP.join(["".join(header), "".join(_start(a, steps[a])), *("".join(_turn(i, steps[i])) for i in range(a, b))])
         out.append({"id": sample_id("cpt", meta["trajectory_id"], k), "text": text, "tokens": n, "part": k,
                     "parts": len(docs), "first_turn": a + 1, "last_turn": b, **meta})  # fmt: skip
     return out
 
 
-def prompts(traj: Trajectory, tokens: PieceCounts, max_prompt_tokens: int) -> list[dict[str, Any]]:
-    """One prompt per target step: messages, token counts, history kept and dropped."""
+def prompts(traj: Trajectory, tokens: PieceCounts, max_prompt_tokens: int, max_tokens: int | None = None,
+            target: Callable[[int], int] | None = None, drops: Counter | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """One prompt per target step: messages, rendered token counts, history kept and dropped.
+
+    History is dropped oldest first while the prompt is over ``max_prompt_tokens`` or the
+    prompt and the target (``target(step)`` rendered tokens; default: the observation
+    wrapped) are over ``max_tokens``. A step that does not fit ``max_tokens`` even without
+    history gives no prompt and is counted in ``drops`` under its reason."""
     from itertools import accumulate
 
     steps = traj.steps
-    _warm(traj, tokens)
     system = system_prompt(traj.first.domain, traj.first.env_id)
-    n_sys = tokens([system])
-    n_obs = [tokens(_observations(t)) for t in steps]
-    users_upto = [0, *accumulate(tokens(_user(t)) for t in steps)]  # tokens of the action messages [:i]
+    tokens.warm([p for t in steps for role, text in (("assistant", "".join(_observations(t))), ("user", "".join(_user(t))))
+                 for p in _message(role, text)])  # one batch for the trajectory's messages  # fmt: skip
+    n_sys = tokens(_message("system", system))
+    n_obs = [tokens(_message("assistant", "".join(_observations(t)))) for t in steps]
+    users_upto = [0, *accumulate(tokens(_message("user", "".join(_user(t)))) for t in steps)]  # action messages [:i]
     obs_upto = [0, *accumulate(n_obs)]
+    first: dict[int, int] = {}  # the opening user message when history starts at turn j
 
     def size(j: int, k: int) -> int:  # history from turn j to the action of step k
-        return n_sys + tokens(_user_first(steps[j], j)) + users_upto[k + 1] - users_upto[j + 1] + obs_upto[k] - obs_upto[j]
+        if j not in first:
+            first[j] = tokens(_message("user", "".join(_user_first(steps[j], j))))
+        return n_sys + first[j] + users_upto[k + 1] - users_upto[j + 1] + obs_upto[k] - obs_upto[j]
 
     out = []
     for k, t in enumerate(steps):
         if t.transition_id in traj.excluded:
             continue
+        n_target = target(k) if target is not None else n_obs[k]
+        limit = max_tokens - n_target if max_tokens is not None else None
+
+        def over(j: int, k: int = k, limit: int | None = limit) -> bool:
+            n = size(j, k)
+            return n > max_prompt_tokens or (limit is not None and n > limit)
+
         j = 0  # the first kept turn: drop the oldest while the prompt does not fit
-        while j < k and size(j, k) > max_prompt_tokens:
+        while j < k and over(j):
             j += 1
+        if limit is not None and size(j, k) > limit:
+            if drops is not None:
+                drops["target_too_long" if n_sys + n_target > max_tokens else "prompt_too_long"] += 1
+            continue
         messages = [{"role": "system", "content": system}, {"role": "user", "content": "".join(_user_first(steps[j], j))}]
         for i in range(j, k):
             messages.append({"role": "assistant", "content": "".join(_observations(steps[i]))})
@@ -199,43 +260,59 @@ def prompts(traj: Trajectory, tokens: PieceCounts, max_prompt_tokens: int) -> li
     return out
 
 
+def _completion(traj: Trajectory, t: Transition) -> str:
+    reasoning = (traj.reasoning.get(t.transition_id) or "").strip()
+    return f"{reasoning}\n{''.join(_observations(t))}" if reasoning else "".join(_observations(t))
+
+
 def sft_samples(traj: Trajectory, tokens: PieceCounts, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     meta = traj.meta()
     out = []
     for p in items:
         t = p["transition"]
-        reasoning = (traj.reasoning.get(t.transition_id) or "").strip()
-        pieces = (reasoning, "\n", *_observations(t)) if reasoning else _observations(t)
-        n = tokens(pieces) if reasoning else p["next_tokens"]
+        content = _completion(traj, t)
+        n = tokens(_message("assistant", content))
         out.append({"id": sample_id("sft", t.transition_id), "prompt": p["messages"],
-                    "completion": [{"role": "assistant", "content": "".join(pieces)}], "tokens": p["prompt_tokens"] + n,
+                    "completion": [{"role": "assistant", "content": content}], "tokens": p["prompt_tokens"] + n,
                     "prompt_tokens": p["prompt_tokens"], "completion_tokens": n, "history_turns": p["history_turns"],
-                    "dropped_turns": p["dropped_turns"], "has_reasoning": bool(reasoning), "step": p["step"],
-                    "total_turns": p["total_turns"], "transition_id": t.transition_id, **meta})  # fmt: skip
+                    "dropped_turns": p["dropped_turns"], "has_reasoning": content != "".join(_observations(t)),
+                    "step": p["step"], "total_turns": p["total_turns"], "transition_id": t.transition_id,
+                    **meta})  # fmt: skip
     return out
 
 
-def rl_samples(traj: Trajectory, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rl_samples(traj: Trajectory, tokens: PieceCounts, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     meta = traj.meta()
+    n_gen = tokens(GENERATION_PROMPT)
     return [
         {"id": sample_id("rl", p["transition"].transition_id), "prompt": p["messages"],
          "ground_truth": p["transition"].next_state.text, "format": p["transition"].next_state.format,
          "volatile_spans": [{"start": s.start, "end": s.end, "kind": s.kind} for s in p["transition"].next_state.volatile_spans],
-         "tokens": p["prompt_tokens"], "history_turns": p["history_turns"], "dropped_turns": p["dropped_turns"],
+         "tokens": p["prompt_tokens"] + n_gen, "history_turns": p["history_turns"], "dropped_turns": p["dropped_turns"],
          "step": p["step"], "total_turns": p["total_turns"], "transition_id": p["transition"].transition_id, **meta}
         for p in items
     ]  # fmt: skip
 
 
-def build_samples(traj: Trajectory, tokens: PieceCounts, cfg: MixtureConfig) -> dict[str, list[dict[str, Any]]]:
-    out, made = {}, {}  # prompts are built once per history budget (SFT and RL usually share one)
+def build_samples(traj: Trajectory, tokens: PieceCounts, cfg: MixtureConfig,
+                  drops: dict[str, Counter] | None = None) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """Samples of every enabled stage; samples dropped for length counted in ``drops[stage][reason]``.
+    RL's target is the observation; SFT's is its completion (with reasoning when distilled)."""
+    out, made = {}, {}  # prompts are built once per budget and target (SFT and RL usually share them)
+    drops = drops if drops is not None else {}
     for stage in cfg.enabled():
         s = cfg.stages[stage]
+        counted = drops.setdefault(stage, Counter())
         if stage == "cpt":
-            out[stage] = cpt_documents(traj, tokens, s.context_tokens)
+            out[stage] = cpt_documents(traj, tokens, s.context_tokens, s.max_tokens, counted)
             continue
-        if s.max_prompt_tokens not in made:
-            made[s.max_prompt_tokens] = prompts(traj, tokens, s.max_prompt_tokens)
-        items = made[s.max_prompt_tokens]
-        out[stage] = sft_samples(traj, tokens, items) if stage == "sft" else rl_samples(traj, items)
+        reasoned = stage == "sft" and any(t.transition_id in traj.reasoning for t in traj.steps)
+        key = (s.max_prompt_tokens, s.max_tokens, reasoned)
+        if key not in made:
+            target = (lambda k: tokens(_message("assistant", _completion(traj, traj.steps[k])))) if reasoned else None
+            dropped: Counter = Counter()
+            made[key] = (prompts(traj, tokens, s.max_prompt_tokens, s.max_tokens, target, dropped), dropped)
+        items, dropped = made[key]
+        counted.update(dropped)
+        out[stage] = sft_samples(traj, tokens, items) if stage == "sft" else rl_samples(traj, tokens, items)
     return out

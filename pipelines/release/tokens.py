@@ -3,14 +3,31 @@ byte-level BPE trained from a store's texts for machines without downloads.
 
     counter = load_tokenizer("tokenizer.json")   # or the folder that holds it
     counter.count(["ls -la", "total 0"])          # [3, 2]
+
+It also owns the chat template that SFT samples are rendered with (:data:`CHATML`), one
+for the release and for training, and :func:`ship_tokenizer`, which puts the tokenizer in a
+release folder so that ``AutoTokenizer.from_pretrained(<release>)`` renders the samples as
+trajforge's training does.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from schemas.errors import ConfigError, MissingExtraError
+from schemas.errors import ConfigError, MissingExtraError, one_line
+
+# Qwen's ChatML layout: every message closed by <|im_end|> (the EOS) and a newline.
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"  # no BOS: ChatML starts each message with <|im_start|>
+MODEL_MAX_LENGTH = 131_072  # the tokenizer's own limit (Qwen3's); a release's limits are its stages' max_tokens
 
 
 def _tokenizers():
@@ -83,3 +100,72 @@ def train_tokenizer(texts: Iterable[str], out: str, vocab_size: int = 4096) -> s
     file.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(file))
     return str(file)
+
+
+# -- the tokenizer a release ships ---------------------------------------------------------------
+HF_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json",
+            "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")  # fmt: skip
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(f"tokenizer: {path}: unreadable ({one_line(str(exc), 120)})") from None
+    if not isinstance(body, dict):
+        raise ConfigError(f"tokenizer: {path}: not a JSON object")
+    return body
+
+
+def _write_json(path: Path, body: dict[str, Any]) -> None:
+    path.write_text(json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _token(value: Any) -> str | None:
+    """A special token as tokenizer_config.json holds it: a string or an AddedToken's fields."""
+    value = value.get("content") if isinstance(value, dict) else value
+    return value if isinstance(value, str) else None
+
+
+def ship_tokenizer(source: str, dest: Path) -> dict[str, Any]:
+    """Write the mixture's tokenizer into release folder ``dest``, loadable with
+    ``transformers.AutoTokenizer.from_pretrained(dest)``; returns what the card states.
+
+    - A bare ``tokenizer.json`` (a file, or a folder without ``tokenizer_config.json``) is
+      copied as it is, with ``tokenizer_config.json``, ``special_tokens_map.json`` and
+      ``chat_template.jinja`` written for it: ChatML (:data:`CHATML`), EOS ``<|im_end|>``,
+      pad ``<|endoftext|>``, no BOS, what ``training.assets.load_tokenizer`` makes of the
+      same file. Plain JSON, so releases need no transformers; the same bytes on a rerun.
+    - A Hugging Face folder with its own ``tokenizer_config.json`` ships its tokenizer files
+      as they are, its chat template with them (ChatML is added only when it has none, as
+      training does).
+    """
+    counter = TokenCounter(source)  # ConfigError for a missing or unreadable tokenizer.json
+    src, dest = Path(counter.path), Path(dest)
+    config_file = src.parent / "tokenizer_config.json"
+    if Path(source).is_dir() and config_file.is_file():
+        files = [name for name in HF_FILES if (src.parent / name).is_file()]
+        config = _read_json(config_file)
+        special = _read_json(src.parent / "special_tokens_map.json") if "special_tokens_map.json" in files else {}
+        for name in files:
+            shutil.copyfile(src.parent / name, dest / name)
+        template = "from the source tokenizer"
+        if not (config.get("chat_template") or {"chat_template.jinja", "chat_template.json"} & set(files)):
+            (dest / "chat_template.jinja").write_text(CHATML, encoding="utf-8")
+            files.append("chat_template.jinja")
+            template = "chatml"
+        tokens = {k: _token(config.get(k, special.get(k))) for k in ("eos_token", "pad_token", "bos_token")}
+    else:
+        shutil.copyfile(src, dest / "tokenizer.json")
+        tokens = {"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN, "bos_token": None}
+        # chat_template both in the config (transformers < 4.47 reads it there) and in its own file (newer ones)
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", **tokens, "model_max_length": MODEL_MAX_LENGTH,
+                  "chat_template": CHATML, "clean_up_tokenization_spaces": False}  # fmt: skip
+        _write_json(dest / "tokenizer_config.json", config)
+        _write_json(dest / "special_tokens_map.json", {k: v for k, v in tokens.items() if v is not None})
+        (dest / "chat_template.jinja").write_text(CHATML, encoding="utf-8")
+        files = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"]
+        template = "chatml"
+    return {"files": sorted(files), "chat_template": template, **tokens,
+            "sha256": hashlib.sha256((dest / "tokenizer.json").read_bytes()).hexdigest(),
+            "vocab_size": counter.tokenizer.get_vocab_size(with_added_tokens=True)}  # fmt: skip

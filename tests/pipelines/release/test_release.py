@@ -4,6 +4,8 @@ Hugging Face loading, the AgentWorldBench export, views, distillation and bad in
 from __future__ import annotations
 
 import json
+import logging
+import logging.handlers
 import shutil
 from pathlib import Path
 
@@ -67,8 +69,10 @@ def test_layout_manifest_lineage_and_card(base):
     (cid,) = lineage["curations"]
     assert lineage["curations"][cid]["raw_runs"] == manifest["source_runs"]
     card = (root / "README.md").read_text()
-    assert card.startswith("---\npretty_name: wm 1\nlicense: other\n") and "config_name: sft" in card
-    assert "## What curation dropped" in card and "exact duplicate" in card
+    assert card.startswith("---\npretty_name: wm 1\nlicense: other\nlicense_name: unspecified-collected-data\n")
+    assert "config_name: sft" in card and "language:\n- en\n" in card and "sources name no licence" in card
+    assert "## What curation dropped" in card and ("exact duplicate" in card or "exact_duplicate" in card)
+    assert manifest["input_hash"] == report.input_hash and set(manifest["lengths"]) == {"cpt", "sft", "rl"}
     assert (root / "domain_mix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -104,6 +108,30 @@ def test_rebuild_is_byte_identical_and_versions_are_immutable(base, tmp_path):
     with pytest.raises(StoreError, match="release wm 1 exists with other content"):
         create_release(changed, other, "wm", "1", beam_args=IN_MEMORY, log=lambda m: None, rows_per_file=150)
     assert (right / "manifest.json").read_bytes() == (left / "manifest.json").read_bytes()
+
+
+def test_an_unchanged_rerun_answers_from_the_input_hash_and_a_changed_input_rebuilds(base, tmp_path, monkeypatch):
+    import apache_beam as beam
+
+    store, cfg, report = base
+    s = tmp_path / "s"
+    shutil.copytree(store, s)
+    real, built = beam.Pipeline, []
+    monkeypatch.setattr(beam, "Pipeline", lambda *a, **kw: built.append(1) or real(*a, **kw))
+    again = create_release(cfg, str(s), "wm", "1", beam_args=IN_MEMORY, log=lambda m: None, rows_per_file=150)
+    assert again.identical and not built  # no Beam pipeline: answered from the manifest's input_hash
+    assert (again.samples, again.tokens, again.dropped, again.input_hash) == (report.samples, report.tokens, report.dropped,
+                                                                              report.input_hash)  # fmt: skip
+    manifest = (s / "releases/wm/1/manifest.json").read_bytes()
+    (index,) = (s / "curated/_index").glob("*.json")  # an input changed without changing the content: rebuilt, kept
+    index.write_text(json.dumps(json.loads(index.read_text()), indent=4))
+    again = create_release(cfg, str(s), "wm", "1", beam_args=IN_MEMORY, log=lambda m: None, rows_per_file=150)
+    assert again.identical and len(built) == 2 and again.input_hash != report.input_hash
+    assert (s / "releases/wm/1/manifest.json").read_bytes() == manifest  # releases are immutable
+    changed = cfg.model_copy(update={"stages": {"sft": cfg.stages["sft"].model_copy(update={"max_tokens": 2000})}})
+    with pytest.raises(StoreError, match="release wm 1 exists with other content"):  # another config: built, refused
+        create_release(changed, str(s), "wm", "1", beam_args=IN_MEMORY, log=lambda m: None, rows_per_file=150)
+    assert len(built) == 4
 
 
 def test_verify_catches_a_flipped_byte_a_removed_file_and_an_extra_one(base, tmp_path):
@@ -143,10 +171,21 @@ def test_diff_shows_samples_added_by_new_curated_data(base, tmp_path):
     assert [line.split(":")[0] for line in listed] == ["wm 1", "wm 2"]
 
 
-def test_hugging_face_datasets_loads_every_stage(base):
+def test_hugging_face_datasets_loads_every_stage(base, tmp_path):
     datasets = pytest.importorskip("datasets")  # a dev dependency: installed by make test
     store, _, report = base
     root = Path(store, "releases/wm/1")
+    seen = logging.handlers.BufferingHandler(10_000)
+    hf = logging.getLogger("datasets")  # the library's root logger: it does not propagate
+    hf.addHandler(seen)
+    try:
+        for stage in ("cpt", "sft", "rl"):  # the folder alone: the card's configs and dataset_info
+            ds = datasets.load_dataset(str(root), stage, cache_dir=str(tmp_path / "hf"))
+            assert {s: ds[s].num_rows for s in ds} == {s: n for s, n in report.samples[stage].items() if n}
+    finally:
+        hf.removeHandler(seen)
+    warned = [r.getMessage() for r in seen.buffer if r.levelno >= logging.WARNING]
+    assert not [m for m in warned if "dataset_info" in m or "malformed" in m], warned
     for stage in ("cpt", "sft", "rl"):
         files = {s: sorted(str(p) for p in root.glob(f"data/{stage}/{s}-*.parquet")) for s in ("train", "test")}
         ds = datasets.load_dataset("parquet", data_files=files)
@@ -160,18 +199,18 @@ def test_agentworldbench_export_round_trips_field_by_field(base, tmp_path):
     counts = export_agentworldbench(root, tmp_path / "awb")
     rows = {r["id"]: r for p in root.glob("data/sft/test-*.parquet") for r in pq.read_table(p).to_pylist()}
     assert sum(counts.values()) == len(rows) > 0
-    for path in sorted((tmp_path / "awb").glob("*.jsonl")):
+    for path in sorted((tmp_path / "awb").glob("*.jsonl")):  # the harness's layout: tests/pipelines/release/test_export.py
         for line in path.read_text().splitlines():
             item = json.loads(line)
             assert set(item) == {"task", "id", "prompt", "response", "current_prompt", "system_str", "turn_idx", "total_turns"}
             row = rows[item["id"]]
-            assert item["task"] == row["domain"] == path.stem
+            assert f"{item['task']}_test.jsonl" == f"{row['domain']}_test.jsonl" == path.name
             assert item["system_str"] == row["prompt"][0]["content"]
-            users = [m["content"] for m in row["prompt"] if m["role"] == "user"]
-            assert item["prompt"] == users[:-1] and item["current_prompt"] == users[-1]
-            assert len(item["response"]) == len(item["prompt"]) + 1
-            assert f"<predicted_observation>\n{item['response'][-1]}\n</predicted_observation>" == row["completion"][0]["content"]
-            assert (item["turn_idx"], item["total_turns"]) == (row["step"], row["total_turns"])
+            users, i = [m["content"] for m in row["prompt"] if m["role"] == "user"], item["turn_idx"] - 1
+            assert item["prompt"][: i + 1] == users and item["current_prompt"] == users[-1]
+            assert len(item["response"]) == len(item["prompt"])
+            assert f"<predicted_observation>\n{item['response'][i]}\n</predicted_observation>" == row["completion"][0]["content"]
+            assert item["total_turns"] == row["total_turns"]
 
 
 def test_budgets_weights_and_strict_shortfalls(base, tmp_path):

@@ -8,7 +8,16 @@ import pytest
 
 from pipelines.release import mixture
 from pipelines.release.config import MixtureConfig, Stage, load_mixture
-from pipelines.release.samples import ENVIRONMENTS, Trajectory, build_samples, cpt_documents, prompts, unwrap, wrap
+from pipelines.release.samples import (
+    ENVIRONMENTS,
+    Trajectory,
+    build_samples,
+    cpt_documents,
+    prompts,
+    render_chat,
+    unwrap,
+    wrap,
+)
 from pipelines.release.tokens import PieceCounts, load_tokenizer, train_tokenizer
 from schemas import Action, Observation, Provenance, Transition, VolatileSpan
 from schemas.errors import ConfigError
@@ -25,6 +34,11 @@ def tokenizer(tmp_path_factory):
 
 def exact(tokens, texts):
     return tokens.counter.count(texts)
+
+
+def rendered(tokens, messages, generation_prompt=False):
+    """Tokens of the chat as the ChatML template renders it, tokenized whole."""
+    return exact(tokens, [render_chat(messages, generation_prompt)])[0]
 
 
 def trajectory(domain="terminal", n=3, size=20, excluded=(), traj="t1", env="bash", task="task-1"):
@@ -83,8 +97,9 @@ def test_sft_and_rl_samples_per_domain(tokenizer, domain):
     assert last["prompt"][-1]["content"] == f"## Action\n{traj.steps[2].action.canonical}"
     assert last["completion"] == [{"role": "assistant", "content": wrap(traj.steps[2].next_state.text)}]
     assert unwrap(last["completion"][0]["content"]) == traj.steps[2].next_state.text
-    contents = [m["content"] for m in last["prompt"]]
-    assert abs(last["prompt_tokens"] - sum(exact(tokenizer, contents))) <= 0.02 * last["prompt_tokens"]
+    assert last["prompt_tokens"] == rendered(tokenizer, last["prompt"])  # counts are of the rendered chat, exactly
+    assert last["tokens"] == rendered(tokenizer, last["prompt"] + last["completion"])
+    assert rl[-1]["tokens"] == rendered(tokenizer, rl[-1]["prompt"], generation_prompt=True)
     assert rl[-1]["ground_truth"] == traj.steps[2].next_state.text and rl[-1]["prompt"] == last["prompt"]
     assert rl[-1]["volatile_spans"] == [{"start": 0, "end": 3, "kind": "other"}]
 
@@ -99,7 +114,7 @@ def test_history_that_does_not_fit_is_dropped_oldest_first_and_recorded(tokenize
     assert j > 0 and last["history_turns"] == 7 - j
     opening = last["messages"][1]["content"]
     assert f"({j} earlier turns omitted)" in opening and f"## Current State\n{traj.steps[j].state.text}\n" in opening
-    assert abs(last["prompt_tokens"] - sum(exact(tokenizer, [m["content"] for m in last["messages"]]))) <= 0.02 * 400
+    assert last["prompt_tokens"] == rendered(tokenizer, last["messages"])
     assert last["prompt_tokens"] <= 400 or last["history_turns"] == 0
     # one turn more would not have fitted
     if j > 0:
