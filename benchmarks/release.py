@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n### Release build ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, DirectRunner multi_processing, "
-          "default mixture: CPT + SFT + RL, 4,096-token BPE)\n")  # fmt: skip
+          "default mixture: CPT + SFT + RL; a given --store uses its own tokenizer, else a 4,096-token BPE)\n")  # fmt: skip
     print(
         "| raw transitions | curated kept | wall s | samples (cpt / sft / rl) | tokens | samples/s per core "
         "| tokens/s per core | driver peak MB | largest worker peak MB | curated MB | release MB | release / curated |"
