@@ -20,22 +20,47 @@ app.add_typer(tokenizer_app, name="tokenizer")
 StoreOpt = Annotated[str, typer.Option("--store", "-s", help="Store path or URI.")]
 
 
-@app.command()
+#: The store's views, for ``query --help`` (``pipelines.query.VIEWS`` describes them; a test keeps the two alike).
+VIEW_NAMES = "transitions, curated, rejected, releases, release_cpt, release_sft, release_rl"
+
+
+@app.command(
+    help="Run read-only SQL (DuckDB) over the store, confined to its views (no file, extension or setting).\n\n"
+    f"Views: {VIEW_NAMES}. `trajforge views` (or `query --schema`) lists their columns.",
+)
 def query(
-    sql: Annotated[str, typer.Argument(help="A read-only SQL query over the store's views (transitions, curated, ...).")],
     store: StoreOpt,
-    format: Annotated[str, typer.Option("--format", "-f", help="table, csv, json (lines) or parquet.")] = "table",
+    sql: Annotated[str | None, typer.Argument(help=f"A read-only SQL query over the store's views ({VIEW_NAMES}).")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="table, records, csv, json (lines) or parquet.")] = "table",
+    vertical: Annotated[bool, typer.Option("--vertical", "-x", help="Same as --format records, for wide rows.")] = False,
+    schema: Annotated[bool, typer.Option("--schema", help="List the views and their columns instead of running SQL.")] = False,
     out: Annotated[str | None, typer.Option(help="Write the result to this file.")] = None,
-    limit: Annotated[int, typer.Option(min=0, help="Rows shown by --format table.")] = 50,
+    limit: Annotated[int, typer.Option(min=0, help="Rows shown by --format table and records.")] = 50,
     timeout: Annotated[float, typer.Option(help="Stop the query after this many seconds.")] = 300.0,
     memory: Annotated[str | None, typer.Option(help="Memory cap, e.g. 2GB (default: half the RAM, at most 4GB).")] = None,
 ) -> None:
-    """Run read-only SQL (DuckDB) over the store, confined to its views (no file, extension or setting)."""
+    if schema:
+        views(store)
+        return
+    if sql is None:
+        raise typer.BadParameter("give a SQL query, or --schema to list the views", param_hint="SQL")
     from pipelines.query import execute, write_result
 
-    n = write_result(execute(sql, store, timeout=timeout, memory=memory), format, out, limit=limit)
+    n = write_result(execute(sql, store, timeout=timeout, memory=memory), "records" if vertical else format, out, limit=limit)
     if out:
         typer.echo(f"wrote {n} rows to {out}", err=True)
+
+
+@app.command()
+def views(store: StoreOpt, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the views `trajforge query` reads, with a line on each and its columns."""
+    from dataclasses import asdict
+
+    from pipelines.cli_inputs import existing_store
+    from pipelines.query import describe_views, format_views
+
+    listed = describe_views(existing_store(store))
+    typer.echo(json.dumps([asdict(v) for v in listed], indent=1) if as_json else format_views(listed), nl=as_json)
 
 
 @app.command()
@@ -44,7 +69,7 @@ def stats(store: StoreOpt, as_json: Annotated[bool, typer.Option("--json", help=
     from dataclasses import asdict
 
     from pipelines.cli_inputs import existing_store
-    from pipelines.stats import store_stats
+    from pipelines.stats import human_bytes, store_stats
 
     s = store_stats(existing_store(store))
     if as_json:
@@ -56,11 +81,11 @@ def stats(store: StoreOpt, as_json: Annotated[bool, typer.Option("--json", help=
     console = Console()
     console.print(
         f"{s.transitions} transitions, {s.trajectories} trajectories, {s.shards} shards, "
-        f"{s.bytes / 1e6:.1f} MB, failed-step ratio {s.failed_ratio:.3f}"
+        f"{human_bytes(s.bytes)}, failed-step ratio {s.failed_ratio:.3f}"
     )
     for title, cols, rows in (
         ("by domain", ("domain", "transitions", "trajectories", "failed steps"), s.by_domain),
-        ("by run", ("domain", "run", "transitions", "bytes"), s.by_run),
+        ("by run", ("domain", "run", "transitions", "bytes"), [(*r[:3], human_bytes(r[3])) for r in s.by_run]),
         ("by day (UTC)", ("day", "transitions"), s.by_day),
     ):
         table = Table(*cols, title=title)
@@ -106,19 +131,23 @@ def curate(
     config: Annotated[str, typer.Argument(help="Curation config YAML (see examples/curation/default.yaml).")],
     store: StoreOpt,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Beam's and other libraries' logs.")] = False,
 ) -> None:
     """Curate the raw runs not yet curated: validate, dedupe, filter, scrub, decontaminate.
 
     Extra options go to Beam (--runner=DataflowRunner --project=... , --runner=FlinkRunner ...).
     """
-    import sys
     from dataclasses import asdict
 
     from pipelines.cli_inputs import checked_beam_args, existing_store
     from pipelines.curate.config import load_curation
-    from pipelines.curate.run import curate as run
+    from pipelines.progress import quiet, say
 
     cfg = load_curation(config)
     store = existing_store(store)
-    report = run(cfg, store, beam_args=checked_beam_args(list(ctx.args)), log=lambda m: print(m, file=sys.stderr, flush=True))
+    beam_args = checked_beam_args(list(ctx.args))
+    with quiet(not verbose):
+        from pipelines.curate.run import curate as run
+
+        report = run(cfg, store, beam_args=beam_args, log=say)
     typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.table())

@@ -118,6 +118,13 @@ def _tokens(sql: str) -> list[tuple[int, str, str]]:
     return [(o, t.name, sql[o:e].strip()) for (o, t), e in zip(raw, ends, strict=True) if t.name != "comment"]
 
 
+def sql_words(sql: str) -> set[str]:
+    """Every identifier, keyword and string of a query, lower case and unquoted (``main."Curated"``
+    gives main and curated): what the query could name, comments left out."""
+    quotes = {"identifier": '"', "string_const": "'"}
+    return {text.strip(quotes.get(kind, "")).lower() for _, kind, text in _tokens(sql) if kind != "operator"}
+
+
 def _leading(sql: str, words: int = 2) -> str:
     """The first keywords of a statement (``UPDATE EXTENSIONS``, ``COPY``), for messages."""
     lead = []

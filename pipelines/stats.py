@@ -31,9 +31,22 @@ class StoreStats:
         return self.failed_steps / self.transitions if self.transitions else 0.0
 
 
+def human_bytes(n: int) -> str:
+    """``n`` bytes in decimal units (as ``ls -h --si``), three significant digits: 852 B, 1.53 MB, 12.4 GB."""
+    if abs(n) < 1000:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KB", "MB", "GB", "TB", "PB"):
+        size /= 1000
+        text = f"{size:.3g}"
+        if abs(float(text)) < 1000:
+            return f"{text} {unit}"
+    return f"{size:,.0f} PB"
+
+
 def store_stats(store: str | Store) -> StoreStats:
     store = store if isinstance(store, Store) else Store(store)
-    con = connect(store, release_stages=())  # counts transitions: no release samples to hash
+    con = connect(store, views=("transitions",))  # counts transitions: no curation or release is opened
     stats = StoreStats()
     stats.by_domain = [
         tuple(r)

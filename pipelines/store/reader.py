@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 
 from pipelines.store.fs import StoreFS
 from pipelines.store.layout import Run, is_part_name, run_dirs
@@ -33,6 +33,9 @@ from schemas.arrow import from_record_batch, from_shard
 from schemas.errors import ShardError, StoreError, one_line
 from schemas.transition import Transition
 from schemas.versions import current_version, migrate, schema_for, shard_schema_for
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,8 @@ class Store:
         pushes projections and filters into it, under a view giving the logical layout);
         each older version is a stream of batches lifted to the current logical schema.
         """
+        import pyarrow.dataset as pads  # here, not at the top: it imports pandas (~0.5 s), which listing needs not
+
         by_version: dict[int, list[str]] = {}
         for shard in self.readable_shards(kind, run_id=run_id):
             by_version.setdefault(shard.entry.schema_version, []).append(shard.path)

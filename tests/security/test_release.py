@@ -294,9 +294,10 @@ def test_queries_skip_a_refused_release_and_answer_for_the_rest(store, attack):
     warnings: list[str] = []
     handle = Store(str(store), on_warning=warnings.append)
     assert run_query("SELECT count(*) AS n FROM transitions", handle).to_pylist() == [{"n": 0}]
-    assert any(str(release(store)) in w and "\n" not in w for w in warnings), warnings
+    assert warnings == []  # views are built lazily: a query that reads no release opens none
     with pytest.raises(QueryError):  # the refused release gives no views at all
         run_query("SELECT count(*) FROM release_sft", Store(str(store), on_warning=warnings.append))
+    assert any(str(release(store)) in w and "\n" not in w for w in warnings), warnings
 
 
 def test_a_release_view_hashes_its_files_and_leaves_out_a_changed_stage(store):
