@@ -221,21 +221,13 @@ def split_trajectories(store: Store, shards: list[tuple[str, str]]) -> set[str]:
 
 
 # -- pass 1: samples per shard -------------------------------------------------------------------
-HIST_BINS = [0, *(2**k for k in range(4, 21))]  # token-length histogram: 0-16, 16-32, ... 2^20+
-
-
-def _bin(n: int) -> int:
-    return max(i for i, b in enumerate(HIST_BINS) if n >= b)
-
-
 class Stats:
-    """Per (stage, split, domain): samples and tokens; per stage: a token-length histogram; per
+    """Per (stage, split, domain): samples and tokens; per
     (stage, reason): samples dropped for length; per licence: trajectories that name it."""
 
     def __init__(self) -> None:
         self.rows: Counter = Counter()
         self.tokens: Counter = Counter()
-        self.hist: dict[str, Counter] = defaultdict(Counter)
         self.dropped: Counter = Counter()
         self.licenses: Counter = Counter()
 
@@ -243,17 +235,13 @@ class Stats:
         key = f"{stage}|{sample['split']}|{sample['domain']}"
         self.rows[key] += 1
         self.tokens[key] += sample["tokens"]
-        self.hist[stage][_bin(sample["tokens"])] += 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"rows": self.rows, "tokens": self.tokens, "hist": {k: dict(v) for k, v in self.hist.items()},
-                "dropped": self.dropped, "licenses": self.licenses}  # fmt: skip
+        return {"rows": self.rows, "tokens": self.tokens, "dropped": self.dropped, "licenses": self.licenses}  # fmt: skip
 
     def merge(self, other: dict[str, Any]) -> None:
         self.rows.update(other["rows"])
         self.tokens.update(other["tokens"])
-        for stage, h in other["hist"].items():
-            self.hist[stage].update({int(k): v for k, v in h.items()})
         self.dropped.update(other.get("dropped", {}))
         self.licenses.update(other.get("licenses", {}))
 
