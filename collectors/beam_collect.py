@@ -35,7 +35,7 @@ from typing import Any
 from collectors.env import Task
 from collectors.jobs import JobConfig
 from collectors.runner import EpisodeSpec, JobSummary, done_trajectories, ledger_entry, plan, run_episode, tally
-from pipelines.curate.run import beam_args_for
+from pipelines.beam_options import beam_args_for, check_beam_options
 from pipelines.progress import watch
 from pipelines.store import StoreFS, StoreWriter
 from pipelines.store.layout import run_dir
@@ -150,41 +150,6 @@ def collect_unit(unit: Unit, store: str, retries: int) -> dict[str, Any]:
 
 
 # -- Beam wiring --------------------------------------------------------------------------------
-def check_beam_options(args: list[str]):
-    """PipelineOptions for ``args``, or a one-line ConfigError naming the bad runner or option."""
-    logging.disable(logging.WARNING)  # Beam's runner imports warn about absent GCP clients: noise here
-    try:
-        return _checked_options(args)
-    finally:
-        logging.disable(logging.NOTSET)
-
-
-def _checked_options(args: list[str]):
-    require("apache_beam", "curate")
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-    from apache_beam.runners import create_runner
-
-    options = PipelineOptions(args)
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            known = options.get_all_options()
-    except SystemExit:
-        line = next((ln for ln in reversed(err.getvalue().splitlines()) if ln.strip()), "invalid options")
-        raise ConfigError(f"Beam options: {line.split('error: ', 1)[-1]}") from None
-    unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
-    if unknown:
-        raise ConfigError(f"Beam options: unknown option {', '.join('--' + u for u in unknown)}")
-    runner = options.view_as(StandardOptions).runner
-    try:
-        create_runner(runner)
-    except ValueError:
-        raise ConfigError(
-            f"--runner {runner}: not a Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...)"
-        ) from None
-    return options
-
-
 def _collect_transform(store: str, retries: int):
     import apache_beam as beam
 
@@ -269,4 +234,4 @@ def _tally(sfs: StoreFS, job_id: str, units: list[Unit], summary: JobSummary) ->
                 tally(json.loads(line), summary)
 
 
-__all__ = ["Unit", "check_beam_options", "collect_unit", "make_units", "run_beam_job"]
+__all__ = ["Unit", "collect_unit", "make_units", "run_beam_job"]

@@ -72,8 +72,7 @@ def checked_beam_args(args: list[str]) -> list[str]:
     has started."""
     if not args:
         return args
-    from collectors.beam_collect import check_beam_options  # the check Beam collection uses
-    from pipelines.curate.run import beam_args_for
+    from pipelines.beam_options import beam_args_for, check_beam_options
 
     full = args if any(a.startswith("--runner") for a in args) else beam_args_for("DirectRunner", args, 1)
     check_beam_options(full)

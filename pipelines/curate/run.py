@@ -211,28 +211,6 @@ def curation_id(cfg: CurationConfig, inputs: list[tuple[str, str, int, str]]) ->
     return f"{cfg.name}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
 
-def beam_args_for(runner: str, extra: list[str], workers: int) -> list[str]:
-    """Beam's options for ``--runner R`` and the user's extra ones; Beam's local runner is
-    the portable in-process one in multi-process mode (its newer default fetches a binary).
-    Curation, releases and Beam collection all start their pipelines with these."""
-    args = [f"--runner={runner}", *extra]
-    if runner in ("DirectRunner", "FnApiRunner") and not any(a.startswith("--direct_running_mode") for a in extra):
-        args.append("--direct_running_mode=multi_processing")
-    if runner in ("DirectRunner", "FnApiRunner") and not any(a.startswith("--direct_num_workers") for a in extra):
-        args.append(f"--direct_num_workers={max(workers, 1)}")
-    return args
-
-
-def beam_options(beam_args: list[str] | None):
-    """The user's Beam options as given, or Beam's local runner with a worker per core."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    args = list(beam_args or [])
-    if not any(a.startswith("--runner") for a in args):
-        args = beam_args_for("DirectRunner", args, os.cpu_count() or 1)
-    return PipelineOptions(args)
-
-
 def _previous_index(sfs: StoreFS, work: str) -> dict[str, list[str]]:
     """Local paths of the index files of every finished earlier curation of this store (its
     ``<id>.json`` marker is written last: a killed curation's files are not read). An object
@@ -262,6 +240,7 @@ def run_pass(reads: dict[int, tuple], store_uri: str, config: dict[str, Any], pr
     Each piece read leaves an empty file in ``<work>/read/`` (the driver's progress)."""
     import apache_beam as beam
 
+    from pipelines.beam_options import beam_options
     from pipelines.curate.beam import WriteShards, build
 
     p = beam.Pipeline(options=beam_options(beam_args))

@@ -474,7 +474,7 @@ def _file_specs(work: Path, stage: str, rows_per_file: int) -> list[tuple[str, i
 
 def create_release(cfg: MixtureConfig, store_uri: str, name: str, version: str, *, beam_args: list[str] | None = None,
                    log=print, rows_per_file: int = ROWS_PER_FILE) -> ReleaseReport:  # fmt: skip
-    from pipelines.curate.run import beam_options
+    from pipelines.beam_options import beam_options
     from pipelines.progress import files_done, parquet_done, watch
     from pipelines.release import card
     from pipelines.release.tokens import load_tokenizer, ship_tokenizer

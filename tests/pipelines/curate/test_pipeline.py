@@ -147,7 +147,7 @@ def test_cli_runs_on_the_embedded_multiprocess_runner_and_refuses_bad_configs(tm
 
 @pytest.mark.parametrize("runner_flag", ["--runner=DataflowRunner"])
 def test_beam_options_pass_through(runner_flag):
-    from pipelines.curate.run import beam_options
+    from pipelines.beam_options import beam_options
 
     opts = beam_options([runner_flag, "--project=p"]).get_all_options()
     assert opts["runner"] == "DataflowRunner" and opts["project"] == "p"

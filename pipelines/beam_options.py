@@ -1,0 +1,69 @@
+"""Beam's pipeline options, in one place for curation, releases and Beam-mode collection:
+the local runner's defaults, the user's extra options passed through, and a check that turns
+a bad runner or option into one line instead of Beam's argparse exit."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+
+from schemas.errors import ConfigError, require
+
+
+def beam_args_for(runner: str, extra: list[str], workers: int) -> list[str]:
+    """Beam's options for ``--runner R`` and the user's extra ones; Beam's local runner is
+    the portable in-process one in multi-process mode (its newer default fetches a binary).
+    Curation, releases and Beam collection all start their pipelines with these."""
+    args = [f"--runner={runner}", *extra]
+    if runner in ("DirectRunner", "FnApiRunner") and not any(a.startswith("--direct_running_mode") for a in extra):
+        args.append("--direct_running_mode=multi_processing")
+    if runner in ("DirectRunner", "FnApiRunner") and not any(a.startswith("--direct_num_workers") for a in extra):
+        args.append(f"--direct_num_workers={max(workers, 1)}")
+    return args
+
+
+def beam_options(beam_args: list[str] | None):
+    """The user's Beam options as given, or Beam's local runner with a worker per core."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    args = list(beam_args or [])
+    if not any(a.startswith("--runner") for a in args):
+        args = beam_args_for("DirectRunner", args, os.cpu_count() or 1)
+    return PipelineOptions(args)
+
+
+def check_beam_options(args: list[str]):
+    """PipelineOptions for ``args``, or a one-line ConfigError naming the bad runner or option."""
+    logging.disable(logging.WARNING)  # Beam's runner imports warn about absent GCP clients: noise here
+    try:
+        return _checked_options(args)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _checked_options(args: list[str]):
+    require("apache_beam", "curate")
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.runners import create_runner
+
+    options = PipelineOptions(args)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            known = options.get_all_options()
+    except SystemExit:
+        line = next((ln for ln in reversed(err.getvalue().splitlines()) if ln.strip()), "invalid options")
+        raise ConfigError(f"Beam options: {line.split('error: ', 1)[-1]}") from None
+    unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
+    if unknown:
+        raise ConfigError(f"Beam options: unknown option {', '.join('--' + u for u in unknown)}")
+    runner = options.view_as(StandardOptions).runner
+    try:
+        create_runner(runner)
+    except ValueError:
+        raise ConfigError(
+            f"--runner {runner}: not a Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...)"
+        ) from None
+    return options
