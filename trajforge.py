@@ -19,12 +19,12 @@ from pydantic import ValidationError
 from collectors.android.cli import app as android_app
 from collectors.cli import app as collectors_app
 from collectors.search.cli import app as search_app
-from collectors.sim.cli import app as sim_app
 from pipelines.cli import app as pipelines_app
 from pipelines.progress import set_verbose
 from sandboxes.cli import app as sandboxes_app
 from schemas.config import validation_message
 from schemas.errors import TrajforgeError, one_line
+from simulate.cli import app as sim_app
 from training.cli import app as training_app
 
 app = typer.Typer(

@@ -5,7 +5,7 @@
 - **real**: each scripted task of ``examples/tasks/{terminal,swe}.yaml`` in the real
   environment (local bubblewrap sandbox), timing ``env.step`` (resets not counted);
 - **sim, planted**: the same actions in ``SimEnv`` (reset from the real episode's first
-  observation) with the planted tiny model (``collectors.sim.tiny``): the whole step (the
+  observation) with the planted tiny model (``simulate.tiny``): the whole step (the
   SFT prompt built by the release's code, generate, the format gate) at ~3 new tokens,
   i.e. the plumbing's own cost;
 - **sim, N tokens**: the very prompts SimEnv built, answered by a model of ``--size`` with
@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collectors.env import load_suite
 from collectors.registry import make_env
-from collectors.sim.backends import LocalBackend, Recording
-from collectors.sim.compare import run_sides
-from collectors.sim.config import SimSection
-from collectors.sim.env import SimEnv
-from collectors.sim.tiny import planted_model
 from sandboxes import SandboxConfig
+from simulate.backends import LocalBackend, Recording
+from simulate.compare import run_sides
+from simulate.config import SimSection
+from simulate.env import SimEnv
+from simulate.tiny import planted_model
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_0_6B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,

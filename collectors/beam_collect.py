@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -40,7 +38,7 @@ from pipelines.progress import watch
 from pipelines.store import StoreFS, StoreWriter
 from pipelines.store.layout import run_dir
 from pipelines.store.manifest import MANIFEST, RunManifest
-from schemas.errors import ConfigError, TrajforgeError, require
+from schemas.errors import ConfigError, TrajforgeError
 
 FAULT_ENV = "TRAJFORGE_BEAM_FAULT"  # tests: "<point>:<marker file>" fails once at staged|committed
 

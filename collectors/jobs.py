@@ -17,8 +17,8 @@
     search: {corpus: docs.jsonl}    # search episodes with env_id other than pydoc
     os: {screen: [1280, 800], screenshot: false}  # desktop episodes only
     android: {serials: [emulator-5554, emulator-5556]}  # worker i uses serials[i % n]; or {simulator: true}
-    backend: sim                    # optional: a world model plays every environment (collectors.sim)
-    sim: {model: runs/sft/final, temperature: 0.0}  # which model and how it samples (collectors.sim.config)
+    backend: sim                    # optional: a world model plays every environment (simulate)
+    sim: {model: runs/sft/final, temperature: 0.0}  # which model and how it samples (simulate.config)
 
 Unknown keys, wrong types, missing task files and unknown domains are refused with the
 file, the key and what was expected.
@@ -33,11 +33,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collectors.env import Task, load_suite
-from collectors.sim.config import SimSection
 from sandboxes.base import SandboxConfig
 from schemas.config import StrictConfig, load_yaml_model
 from schemas.errors import ConfigError
 from schemas.transition import DOMAINS
+from simulate.config import SimSection
 
 
 class SandboxSection(BaseModel):

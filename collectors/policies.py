@@ -15,12 +15,12 @@ import json
 import os
 import random
 import re
-import time
 from typing import Any
 
 from collectors.actions import ActionSpace
 from collectors.env import Task
-from schemas.errors import ConfigError, TrajforgeError
+from llm.chat import post_chat
+from schemas.errors import ConfigError
 from schemas.transition import Observation
 
 
@@ -152,34 +152,6 @@ class ExplorationPolicy(Policy):
         if roll < 0.85:
             return {"action": "run", "command": r.choice(["git status", "git log --oneline | head", "git diff --stat"])}
         return {"action": "insert", "path": f, "line": 0, "text": f"# reviewed {r.randint(0, 999)}"}
-
-
-class ChatError(TrajforgeError):
-    """The chat endpoint failed after retries."""
-
-
-def post_chat(base_url: str, body: dict[str, Any], *, api_key: str = "", retries: int = 4,
-              timeout_s: float = 60.0) -> dict[str, Any]:  # fmt: skip
-    """POST to an OpenAI-compatible ``/chat/completions``; retries 408/409/429/5xx and
-    connection errors with exponential backoff, then raises ``ChatError``."""
-    import requests
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    delay = 0.5
-    for attempt in range(retries + 1):
-        try:
-            resp = requests.post(f"{base_url}/chat/completions", json=body, headers=headers, timeout=timeout_s)
-            if resp.status_code == 200:
-                return resp.json()
-            retryable = resp.status_code in (408, 409, 429) or resp.status_code >= 500
-            problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
-        except requests.RequestException as exc:
-            retryable, problem = True, f"{type(exc).__name__}: {exc}"
-        if not retryable or attempt == retries:
-            raise ChatError(f"{base_url}: {problem}")
-        time.sleep(delay)
-        delay = min(delay * 2, 8.0)
-    raise ChatError(f"{base_url}: no answer")
 
 
 class OpenAIChatPolicy(Policy):

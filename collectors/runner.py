@@ -90,7 +90,7 @@ def _env_for(spec: EpisodeSpec, job: JobConfig):
         real = lambda: make_env(spec.task.domain, job.sandbox_config(spec.run_id), spec.task.env_id,  # noqa: E731
                                 **job.env_options(spec.task.domain))  # fmt: skip
         if job.backend == "sim":  # a world model plays the environment; real() gives its initial observations
-            from collectors.sim.env import SimEnv
+            from simulate.env import SimEnv
 
             env = _ENVS[key] = SimEnv(spec.task.domain, job.sim, spec.task.env_id, real=real)
         else:

@@ -23,8 +23,8 @@ from typing import Any
 from collectors.actions import ActionError, ActionSpace, ActionSpec
 from collectors.env import EnvError, Task
 from collectors.terminal import RunCommand, SandboxEnv, clean
-from collectors.volatile import detect_spans
 from schemas.transition import Observation
+from schemas.volatile import detect_spans
 
 REPO = "/work/repo"
 VIEW_LINES = 100

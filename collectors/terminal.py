@@ -21,10 +21,10 @@ from typing import Any
 
 from collectors.actions import ActionError, ActionSpace, ActionSpec
 from collectors.env import Environment, SandboxBacked, Task
-from collectors.volatile import detect_spans
 from sandboxes import SandboxConfig, ShellResult, ShellSession, make_sandbox
 from sandboxes.base import WORKDIR, SandboxDied
 from schemas.transition import Observation
+from schemas.volatile import detect_spans
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\r(?!\n)")
 OUTPUT_CAP = 16_000

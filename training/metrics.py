@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from collectors.volatile import detect_spans
 from pipelines.release.samples import CLOSE, OPEN
+from schemas.volatile import detect_spans
 
 # Weights of the rule reward per observation kind; each row sums to 1.
 RULE_WEIGHTS = {

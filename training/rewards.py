@@ -81,7 +81,7 @@ class LLMJudge:
         self._sem: asyncio.Semaphore | None = None
 
     def _ask(self, prompt: Any, predicted: str, real: str) -> dict[str, int]:
-        from collectors.policies import post_chat
+        from llm.chat import post_chat
 
         user = f"HISTORY AND ACTION:\n{_history(prompt)}\n\nREAL OBSERVATION:\n{real}\n\nPREDICTED OBSERVATION:\n{predicted}"
         body = {"model": self.cfg.model, "temperature": 0.0, "max_tokens": 200,

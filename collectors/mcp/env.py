@@ -32,9 +32,9 @@ from collectors.env import EnvError, Environment, Task
 from collectors.mcp import servers
 from collectors.mcp.actions import MCP_ACTIONS, CallTool, Finish
 from collectors.mcp.client import Connection, ServerSpec
-from collectors.volatile import detect_spans
 from sandboxes.base import ExecResult
 from schemas.transition import Observation, canonical_json
+from schemas.volatile import detect_spans
 
 
 @dataclass

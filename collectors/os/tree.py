@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from collectors.actions import ActionError
-from collectors.volatile import detect_spans
 from schemas.transition import VolatileSpan
+from schemas.volatile import detect_spans
 
 LAYOUT = {"filler", "panel", "scroll pane", "viewport", "layered pane", "unknown", "section"}
 SHOWN_STATES = ("focused", "editable", "checked", "selected", "expanded", "pressed", "active")

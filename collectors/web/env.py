@@ -29,11 +29,11 @@ from urllib.parse import urljoin, urlparse
 
 from collectors.actions import ActionError, ActionSpec
 from collectors.env import EnvError, Environment, Task
-from collectors.volatile import detect_spans
 from collectors.web import actions as A
 from collectors.web.page import SETTLE_JS, WALK_JS
 from schemas.errors import MissingExtraError
 from schemas.transition import Observation, VolatileSpan
+from schemas.volatile import detect_spans
 
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",

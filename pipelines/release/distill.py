@@ -44,7 +44,7 @@ class DistillReport:
 
 def distill(store_uri: str, curation_id: str, *, model: str, base_url: str, api_key_env: str = "OPENAI_API_KEY",
             max_words: int = 80, limit: int | None = None, retries: int = 4, log=print) -> DistillReport:  # fmt: skip
-    from collectors.policies import post_chat
+    from llm.chat import post_chat
     from pipelines.release.build import excluded_ids
     from schemas.arrow import from_record_batch
 

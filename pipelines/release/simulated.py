@@ -1,7 +1,7 @@
 """Simulated trajectories in a release (``simulated:`` of the mixture config): plain functions.
 
 A trajectory is simulated when its transitions' ``provenance.simulated`` is true (a world
-model played the environment, ``collectors.sim``). ``exclude`` (the default) leaves every
+model played the environment, ``simulate``). ``exclude`` (the default) leaves every
 one out, so a world model is never trained on its own outputs by accident; ``include``
 takes them like real ones; ``cap`` takes at most ``max_share`` of the kept trajectories:
 the simulated ones with the lowest seeded hashes of their trajectory ids, so the choice is

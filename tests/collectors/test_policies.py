@@ -10,8 +10,9 @@ import yaml
 from collectors import runner
 from collectors.env import Task
 from collectors.jobs import load_job
-from collectors.policies import ChatError, ExplorationPolicy, OpenAIChatPolicy
+from collectors.policies import ExplorationPolicy, OpenAIChatPolicy
 from collectors.terminal import TerminalEnv
+from llm.chat import ChatError
 from pipelines.query import run_query
 from schemas.transition import Observation
 

@@ -23,9 +23,9 @@ from typing import Any
 
 from collectors.env import Environment, Task
 from collectors.jobs import JobConfig
-from collectors.sim.config import SimSection
-from collectors.sim.env import SimEnv, SimulationError
 from schemas.transition import Observation
+from simulate.config import SimSection
+from simulate.env import SimEnv, SimulationError
 
 
 @dataclass

@@ -13,9 +13,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from collectors.sim.config import SimSection
 from pipelines.release.samples import CLOSE
 from schemas.errors import ConfigError
+from simulate.config import SimSection
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class OpenAIBackend:
 
     def complete(self, messages: list[dict[str, str]], *, temperature: float, top_p: float, max_new_tokens: int,
                  seed: int, min_new_tokens: int = 0) -> Completion:  # fmt: skip
-        from collectors.policies import post_chat
+        from llm.chat import post_chat
 
         body = {"model": self.model_id, "messages": messages, "temperature": temperature, "top_p": top_p,
                 "max_tokens": max_new_tokens, "seed": seed}  # fmt: skip
@@ -131,7 +131,7 @@ class OpenAIBackend:
         try:
             text = reply["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
-            from collectors.policies import ChatError
+            from llm.chat import ChatError
 
             raise ChatError(f"{self.base_url}: not a chat completion: {str(reply)[:200]}") from None
         usage = reply.get("usage") or {}

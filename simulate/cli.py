@@ -22,10 +22,10 @@ def compare(
     import sys
 
     from collectors.jobs import load_job
-    from collectors.sim.compare import compare as run_compare
-    from collectors.sim.compare import table, write
-    from collectors.sim.config import SimSection
     from schemas.errors import ConfigError
+    from simulate.compare import compare as run_compare
+    from simulate.compare import table, write
+    from simulate.config import SimSection
 
     job, tasks = load_job(job_file)
     base = job.sim.model_dump() if job.sim else {}
@@ -49,8 +49,8 @@ def serve(
     """Serve MODEL at http://HOST:PORT/v1 (chat completions) until interrupted."""
     import sys
 
-    from collectors.sim.backends import LocalBackend
-    from collectors.sim.serve import make_server
+    from simulate.backends import LocalBackend
+    from simulate.serve import make_server
 
     server = make_server(LocalBackend(model), name or model, host, port)
     typer.echo(f"serving {name or model} at http://{host}:{server.server_address[1]}/v1")

@@ -18,16 +18,16 @@ from collectors.check_env import check_env
 from collectors.env import Task
 from collectors.jobs import load_job
 from collectors.runner import run_job
-from collectors.sim.backends import LocalBackend, OpenAIBackend, Recording
-from collectors.sim.compare import EpisodeSides, report_of
-from collectors.sim.config import SimSection
-from collectors.sim.env import SimEnv, SimulationError
-from collectors.sim.tiny import planted_model
 from collectors.wrappers import Recorder
 from pipelines.release.samples import Trajectory, prompts
 from pipelines.release.tokens import PieceCounts
 from schemas.errors import ConfigError
 from schemas.transition import Observation, Provenance
+from simulate.backends import LocalBackend, OpenAIBackend, Recording
+from simulate.compare import EpisodeSides, report_of
+from simulate.config import SimSection
+from simulate.env import SimEnv, SimulationError
+from simulate.tiny import planted_model
 from tests.conftest import cli
 
 OK = "ok\n[exit 0] /work$"  # what the real terminal shows after `echo ok` in /work

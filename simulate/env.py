@@ -26,12 +26,12 @@ from typing import Any
 
 from collectors.actions import ActionSpec
 from collectors.env import EnvError, Environment, Task
-from collectors.sim.backends import Backend, backend_for
-from collectors.sim.config import SimSection
-from collectors.volatile import detect_spans
 from pipelines.release.samples import CLOSE, OPEN, Trajectory, prompts
 from pipelines.release.tokens import PieceCounts
 from schemas.transition import Observation, Provenance, Transition, canonical_json
+from schemas.volatile import detect_spans
+from simulate.backends import Backend, backend_for
+from simulate.config import SimSection
 
 #: The usual format of a domain's step observations (a job's ``sim.format`` overrides it).
 FORMATS = {"terminal": "terminal", "swe": "text", "web": "a11y_tree", "os": "a11y_tree", "android": "uiautomator_xml",

@@ -16,7 +16,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from collectors.sim.backends import Backend
+from simulate.backends import Backend
 
 
 def chat_reply(backend: Backend, name: str, body: dict[str, Any]) -> dict[str, Any]:
