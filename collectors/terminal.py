@@ -23,10 +23,11 @@ from collectors.actions import ActionError, ActionSpace, ActionSpec
 from collectors.env import Environment, SandboxBacked, Task
 from sandboxes import SandboxConfig, ShellResult, ShellSession, make_sandbox
 from sandboxes.base import WORKDIR, SandboxDied
-from schemas.transition import Observation
+from schemas.transition import ANSI, Observation
 from schemas.volatile import detect_spans
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\r(?!\n)")
+# and a lone carriage return (a progress bar redrawing its line)
+CODES = re.compile(ANSI.pattern + r"|\r(?!\n)")
 OUTPUT_CAP = 16_000
 
 
@@ -73,7 +74,7 @@ class WriteFile(ActionSpec):
 
 def clean(text: str, cap: int = OUTPUT_CAP) -> tuple[str, bool]:
     """ANSI codes removed; over ``cap`` characters, the head and the tail (where errors are)."""
-    text = ANSI.sub("", text.replace("\r\n", "\n"))
+    text = CODES.sub("", text.replace("\r\n", "\n"))
     if len(text) <= cap:
         return text, False
     return text[: cap // 2] + "\n[... output truncated ...]\n" + text[-(cap - cap // 2) :], True

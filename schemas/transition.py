@@ -164,7 +164,9 @@ class Provenance:
 
 
 _SPACE_TAIL = re.compile(r"[ \t]+$", re.MULTILINE)
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# ANSI escape sequences: CSI (colours, cursor moves), OSC (titles, hyperlinks) and two-byte escapes.
+# The one pattern for everything that strips terminal codes (records, curation, the terminal).
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
 def mask_volatile(text: str, spans: tuple[VolatileSpan, ...] | list[VolatileSpan]) -> str:
@@ -185,7 +187,7 @@ def mask_volatile(text: str, spans: tuple[VolatileSpan, ...] | list[VolatileSpan
 def normalise_text(text: str) -> str:
     """Hash-only normal form: ANSI codes gone, LF line ends, no trailing blanks."""
     if "\x1b" in text:
-        text = _ANSI.sub("", text)
+        text = ANSI.sub("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     if " \n" in text or "\t\n" in text or text.endswith((" ", "\t")):

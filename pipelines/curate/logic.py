@@ -19,10 +19,9 @@ import numpy as np
 
 from pipelines.curate import minhash, scrub
 from pipelines.curate.config import NearDedup, Quality
-from schemas.transition import Observation, Transition, mask_volatile
+from schemas.transition import ANSI, Observation, Transition, mask_volatile
 
 # -- normalise ----------------------------------------------------------------------------------
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _BLANKS = re.compile(r"\t[ \t]*| [ \t]+")  # runs with a tab, or of 2+ blanks (a lone space stays as it is)
 _GARBAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
@@ -31,7 +30,7 @@ _GARBAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 def normalise(text: str) -> str:
     """For hashing and comparison only: no ANSI or control codes, LF, single blanks, no trailing blanks."""
     if "\x1b" in text:
-        text = _ANSI.sub("", text)
+        text = ANSI.sub("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _BLANKS.sub(" ", _CONTROL.sub("", text))
