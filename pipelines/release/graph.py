@@ -118,7 +118,7 @@ def sample_pass(
 
 
 def file_pass(
-    specs: list[tuple[str, int, int, list[str]]],
+    specs: list[passes.FileSpec],
     config: dict[str, Any],
     plans: dict[str, dict[str, float]],
     out: Path,

@@ -28,6 +28,7 @@ INPUTS = "trajforge.release-inputs/1"
 
 
 def curations(store: Store, cfg: MixtureConfig) -> list[str]:
+    """The finished curations (a ``report.json`` written) that the mixture names, or all of them."""
     sfs = store.sfs
     done = sorted(i.base_name for i in sfs.listdir(sfs.join("curated"))
                   if i.type.name == "Directory" and sfs.exists(f"{i.path}/report.json"))  # fmt: skip

@@ -26,6 +26,7 @@ from pipelines.store.shards import file_sha256
 
 
 def config_hash(cfg: MixtureConfig) -> str:
+    """The mixture config's identity, wherever its tokenizer file lies."""
     body = cfg.model_dump(mode="json")
     body["tokenizer"] = Path(cfg.tokenizer).name  # where the file lies is not content
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
@@ -47,6 +48,8 @@ def lineage_of(store: Store, cids: list[str], name: str, version: str) -> dict[s
 
 def build_manifest(root: Path, cfg: MixtureConfig, name: str, version: str, cids: list[str], lineage: dict[str, Any],
                    plans: dict[str, mixture.StagePlan], report: ReleaseReport | None = None) -> dict[str, Any]:  # fmt: skip
+    """``manifest.json`` of the release folder ``root``: every file but itself, with what
+    ``report`` adds (input hash, drops and lengths)."""
     tokens = {f["path"]: f for f in data_files(root)}
     files = []
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != "manifest.json"):

@@ -35,6 +35,7 @@ from schemas.arrow import from_record_batch
 from schemas.transition import Transition
 
 Member = tuple[str, str, Transition]  # (curation id, shard path, transition) of a trajectory that spans shards
+FileSpec = tuple[str, int, int, list[str]]  # (stage, k, n, work files): release file k of n of a stage
 
 
 def trajectories(
@@ -151,7 +152,7 @@ def spanning_samples(store: str, traj_id: str, members: Iterable[Member], work: 
     return name
 
 
-def file_specs(work: Path, stage: str, rows_per_file: int) -> list[tuple[str, int, int, list[str]]]:
+def file_specs(work: Path, stage: str, rows_per_file: int) -> list[FileSpec]:
     """Consecutive sample files of a stage grouped into release files of about ``rows_per_file``."""
     parts = sorted(glob.glob(str(work / stage / "*.parquet")))
     groups: list[list[str]] = []
@@ -167,9 +168,7 @@ def file_specs(work: Path, stage: str, rows_per_file: int) -> list[tuple[str, in
     return [(stage, k, len(groups), g) for k, g in enumerate(groups)]
 
 
-def write_release_file(
-    cfg: MixtureConfig, plans: dict[str, dict[str, float]], out: str, spec: tuple[str, int, int, list[str]]
-) -> list[str]:
+def write_release_file(cfg: MixtureConfig, plans: dict[str, dict[str, float]], out: str, spec: FileSpec) -> list[str]:
     """``data/<stage>/<split>-k-of-n.parquet`` of every split from one group of work files;
     ``plans`` holds each stage's multiplier per domain. Returns ``<stage>/<split>-k`` of each."""
     stage, k, n, parts = spec

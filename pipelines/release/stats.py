@@ -52,6 +52,9 @@ class Stats(Tally):
 
 @dataclass
 class ReleaseReport:
+    """What a build made (or found already made): samples and tokens per stage and split,
+    the mixture's shortfalls, what was dropped for length, and the tokenizer shipped."""
+
     name: str
     version: str
     path: str
