@@ -16,6 +16,8 @@ from typing import Any
 import yaml
 
 from pipelines.release.config import SPLITS, MixtureConfig
+from pipelines.release.layout import token_lengths
+from pipelines.release.tokens import tokenizer_hash
 
 STAGE_TITLES = {"cpt": "continual pre-training documents", "sft": "next-state prediction (SFT)", "rl": "RL prompts"}
 DPI = 100  # the card shows each chart at its pixel size: width in inches x 100
@@ -198,8 +200,6 @@ def _cell(text: str) -> str:
 
 
 def _tokenizer_lines(cfg: MixtureConfig, tokenizer: dict[str, Any]) -> list[str]:
-    from pipelines.release.build import tokenizer_hash
-
     lines = ["## Tokenizer", ""]
     sha = tokenizer.get("sha256") or tokenizer_hash(cfg.tokenizer)
     lines.append(f"Token counts (`tokens`, `prompt_tokens`, `completion_tokens`, `max_tokens`) were counted with the "
@@ -248,8 +248,6 @@ def _length_lines(cfg: MixtureConfig, report) -> list[str]:
 
 
 def write_card(root: Path, cfg: MixtureConfig, name: str, version: str, report, stats, plans, store, cids) -> None:
-    from pipelines.release.build import token_lengths
-
     drops: dict[str, int] = {}
     for cid in cids:
         r = json.loads(store.sfs.read_bytes(store.sfs.join("curated", cid, "report.json")))

@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipelines.release.inputs import distill_path, excluded_ids
 from pipelines.store import Store, read_shard
 from schemas.errors import ConfigError
 
@@ -30,11 +31,6 @@ INSTRUCTION = (
 )
 
 
-def distill_path(store: Store, shard_path: str) -> str:
-    rel = os.path.relpath(shard_path, store.sfs.join("curated"))
-    return store.sfs.join("distill", os.path.splitext(rel)[0] + ".parquet")
-
-
 @dataclass
 class DistillReport:
     shards: int = 0
@@ -45,7 +41,6 @@ class DistillReport:
 def distill(store_uri: str, curation_id: str, *, model: str, base_url: str, api_key_env: str = "OPENAI_API_KEY",
             max_words: int = 80, limit: int | None = None, retries: int = 4, log=print) -> DistillReport:  # fmt: skip
     from llm.chat import post_chat
-    from pipelines.release.build import excluded_ids
     from schemas.arrow import from_record_batch
 
     store = Store(store_uri)

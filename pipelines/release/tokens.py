@@ -60,6 +60,11 @@ def load_tokenizer(path: str) -> TokenCounter:
     return TokenCounter(path)
 
 
+def tokenizer_hash(path: str) -> str:
+    """The tokenizer's identity in a release's manifest and input hash: its file's sha256, 16 digits."""
+    return hashlib.sha256(Path(load_tokenizer(path).path).read_bytes()).hexdigest()[:16]
+
+
 class PieceCounts:
     """Token counts of text pieces: each distinct piece is tokenized once (observations
     repeat as the next step's state, template lines repeat everywhere), misses in one

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines.release.build import Stats
 from pipelines.release.card import DPI, _plots, charts, front_matter, license_of
 from pipelines.release.config import MixtureConfig, Stage
+from pipelines.release.stats import Stats
 from schemas.errors import ConfigError
 
 pytest.importorskip("matplotlib")

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelines.release.build import Stats, samples_of
 from pipelines.release.card import _length_lines
 from pipelines.release.config import MixtureConfig, Stage
+from pipelines.release.passes import samples_of
 from pipelines.release.samples import LENGTH_REASONS, Trajectory, build_samples, wrap
+from pipelines.release.stats import Stats
 from schemas import Action, Observation, Provenance, Transition
 from tests.pipelines.release.test_samples import tokenizer, trajectory  # noqa: F401 (the shared fixture)
 

@@ -1,0 +1,79 @@
+"""A release version is written once: the built folder is put in place whole, a version
+that exists is kept when the new build is byte-identical and refused otherwise, and a
+rerun from unchanged inputs (the same ``input_hash``) answers from the release there
+without building.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pipelines.release.manifest import open_release
+from pipelines.release.stats import ReleaseReport
+from pipelines.store import Store
+from schemas.errors import StoreError, TrajforgeError
+
+
+def unchanged_release(store: Store, final: str, key: str, report: ReleaseReport) -> ReleaseReport | None:
+    """The report of the release at ``final`` when it was built from exactly these inputs
+    (its manifest's ``input_hash`` is ``key`` and its folder holds the listed files), else None."""
+    if not store.sfs.exists(f"{final}/manifest.json"):
+        return None
+    try:
+        manifest = open_release(store.sfs.uri(final)).manifest
+    except TrajforgeError:
+        return None  # damaged: build, and let the comparison of manifests decide
+    extra = manifest.model_extra or {}
+    if extra.get("input_hash") != key:
+        return None
+    for f in manifest.files:
+        if f.stage and f.split:
+            report.count(f.stage, f.split, f.rows or 0, f.tokens or 0)
+    plan = extra.get("plan") or {}
+    report.shortfall = {st: p["shortfall"] for st, p in plan.items() if isinstance(p, dict) and p.get("shortfall")}
+    report.dropped = extra.get("dropped_for_length") or {}
+    report.lengths = extra.get("lengths") or {}
+    report.input_hash, report.identical = key, True
+    return report
+
+
+def _content(manifest: bytes) -> Any:
+    """A manifest without its ``input_hash``: inputs that changed without changing the content
+    (a reformatted report, another library version) give the same release."""
+    try:
+        body = json.loads(manifest)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return manifest
+    if isinstance(body, dict):
+        body.pop("input_hash", None)
+    return body
+
+
+def put_in_place(store: Store, tmp: Path, final: str, report: ReleaseReport) -> ReleaseReport:
+    """Move the built release to its final place: a rename on local disk; on an object
+    store every file uploaded as one object, ``manifest.json`` last (a release exists once
+    its manifest does: a kill mid-upload leaves no release, and the rerun uploads it
+    again). A version that exists is kept if identical, refused otherwise."""
+    sfs = store.sfs
+    old = f"{final}/manifest.json"
+    if sfs.exists(final if sfs.local else old):
+        same = sfs.exists(old) and _content(sfs.read_bytes(old)) == _content((tmp / "manifest.json").read_bytes())
+        shutil.rmtree(tmp)
+        if not same:
+            raise StoreError(f"{sfs.uri(final)}: release {report.name} {report.version} exists with other content: "
+                             "releases are immutable, give this one a new version")  # fmt: skip
+        report.identical = True
+        return report
+    if sfs.local:
+        os.rename(tmp, final)
+        return report
+    sfs.rmtree(final)  # objects of an upload that was killed before its manifest
+    files = sorted(p for p in tmp.rglob("*") if p.is_file() and p.name != "manifest.json")
+    for path in [*files, tmp / "manifest.json"]:
+        sfs.publish(str(path), f"{final}/{path.relative_to(tmp).as_posix()}")
+    shutil.rmtree(tmp)
+    return report
