@@ -33,7 +33,6 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -234,7 +233,7 @@ def _previous_index(sfs: StoreFS, work: str) -> dict[str, list[str]]:
     return fetched
 
 
-def run_pass(reads: dict[int, tuple], store_uri: str, config: dict[str, Any], previous: dict[str, list[str]],
+def run_pass(reads: dict[int, tuple], store_uri: str, cfg: CurationConfig, previous: dict[str, list[str]],
              every_read: dict[int, tuple], work: str, cid: str, beam_args: list[str] | None) -> dict[str, int]:  # fmt: skip
     """One Beam pass over some pieces; the counts of earlier index rows it read and matched.
     Each piece read leaves an empty file in ``<work>/read/`` (the driver's progress)."""
@@ -244,8 +243,8 @@ def run_pass(reads: dict[int, tuple], store_uri: str, config: dict[str, Any], pr
     from pipelines.curate.beam import WriteShards, build
 
     p = beam.Pipeline(options=beam_options(beam_args))
-    decisions, kept = build(p, reads, store_uri, config, previous, done_dir=os.path.join(work, "read"))
-    _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, every_read, work, cid, config)
+    decisions, kept = build(p, reads, store_uri, cfg, previous, done_dir=os.path.join(work, "read"))
+    _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, every_read, work, cid, cfg)
     result = p.run()
     result.wait_until_finish()
     return {c.key.metric.name: c.committed for c in result.metrics().query()["counters"] if c.key.metric.namespace == "index"}
@@ -297,7 +296,6 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
         sfs.rmtree(leftover)  # an unfinished earlier try of this curation starts over
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    config = cfg.model_dump(mode="json")
     pieces = plan_pieces(store, inputs, cfg.max_transitions_per_pass)
     reads = {k: (sfs.join(inputs[p.input][0]), p.span()) for k, p in enumerate(pieces)}
 
@@ -308,7 +306,7 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     for g, group in enumerate(groups):
         rows = sum(pieces[k].rows for k in group)
         log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} pieces of shards ({rows} transitions)")
-        args = ({k: reads[k] for k in group}, store_uri, config, previous, reads, str(work), cid, beam_args)
+        args = ({k: reads[k] for k in group}, store_uri, cfg, previous, reads, str(work), cid, beam_args)
         read_so_far, written = _pass_counters(work, {k: pieces[k].rows for k in group})
         with watch(f"curate pass {g + 1}/{len(groups)}", rows, read_so_far, unit="transitions", info=written):
             counts = run_pass(*args) if len(groups) == 1 else _in_own_process(run_pass, *args)

@@ -54,7 +54,7 @@ def test_volatile_masking_makes_two_runs_of_date_ls_equal():
     a, b = date_ls("Sun Nov 29 10:00:01 UTC 2026", "123"), date_ls("Mon Dec  1 23:59:59 UTC 2026", "98765")
     assert a.next_state.text != b.next_state.text
     assert transition_key(a) == transition_key(b)
-    assert trajectory_key([a]) == trajectory_key([b])
+    assert trajectory_key([transition_key(a)]) == trajectory_key([transition_key(b)])
     assert transition_key(a) != transition_key(date_ls("x", "1").__class__.create(
         **{**{f: getattr(a, f) for f in ("trajectory_id", "step", "domain", "env_id", "task_id", "state", "provenance")},
            "action": a.action, "next_state": Observation.make("different\n", "terminal")}))  # fmt: skip
