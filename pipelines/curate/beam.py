@@ -109,7 +109,6 @@ class ReadIndex(beam.DoFn):
         if self._keys is None or self._keys[0] != id(keys):
             self._keys = (id(keys), set(keys))
         wanted = self._keys[1]
-        nd = self.near
         read = beam.metrics.Metrics.counter("index", f"{self.kind}_read")
         matched = beam.metrics.Metrics.counter("index", f"{self.kind}_matched")
         for r in pq.read_table(path).to_pylist():
@@ -118,10 +117,13 @@ class ReadIndex(beam.DoFn):
                 if r["sa"] in wanted:
                     matched.inc()
                     yield r["sa"], ("prev", KeptStep.from_index_row(r))
-            elif r["key"] in wanted or any(k in wanted for k in minhash.band_keys(np.frombuffer(r["sig"], np.uint64),
-                                                                                     nd.bands, nd.rows)):  # fmt: skip
+            elif r["key"] in wanted or self._shares_band(r["sig"], wanted):
                 matched.inc()
                 yield TrajectorySummary.from_index_row(r)
+
+    def _shares_band(self, sig: bytes, wanted: set[str]) -> bool:
+        bands = minhash.band_keys(np.frombuffer(sig, np.uint64), self.near.bands, self.near.rows)
+        return any(k in wanted for k in bands)
 
 
 def _summarise(item, cfg: CurationConfig):
@@ -183,7 +185,9 @@ class NearDuplicates(beam.PTransform):
             | "UniqueEdges" >> beam.Distinct()
         )
         return edges | "Components" >> ConnectedComponents(nd.max_components_rounds)
-def _confirm_bucket(item, sigs: dict[str, bytes], threshold: float):
+
+
+def _confirm_bucket(item, sigs: dict[tuple, bytes], threshold: float):
     """One band bucket -> its confirmed near-duplicate edges (most buckets hold one node)."""
     members = sorted(set(item[1]))
     if len(members) > 1:

@@ -79,9 +79,7 @@ def write_shard(store: str, path: str, shard: int, work: str, cid: str, cfg: Cur
                 decided = [by_tid.get(tid) for tid in tids]
                 dirty = secret_rows(batch, kinds) if kinds else [False] * batch.num_rows
                 for tree in TREES:
-                    picked = [
-                        i for i, d in enumerate(decided) if d is not None and d.kept == (tree == "curated")
-                    ]
+                    picked = [i for i, d in enumerate(decided) if d is not None and d.kept == (tree == "curated")]
                     if picked:
                         part = _scrubbed(batch, picked, [i for i in picked if dirty[i]], kinds, tally)
                         for domain in sorted(set(part.column("domain").to_pylist())):

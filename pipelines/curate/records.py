@@ -153,8 +153,14 @@ class Decision(NamedTuple):
 
     def index_row(self) -> dict[str, Any]:
         """The steps index row of a kept step."""
-        return {"sa": self.state_action, "tkey": self.transition_key, "order": self.order.text() if self.order else None,
-                "tid": self.transition_id, "words": self.words}  # fmt: skip
+        order = self.order.text() if self.order else None
+        return {
+            "sa": self.state_action,
+            "tkey": self.transition_key,
+            "order": order,
+            "tid": self.transition_id,
+            "words": self.words,
+        }
 
 
 class _Masks:
@@ -211,11 +217,19 @@ def _step(t: Transition, mask: _Masks, words: bytes, cfg: CurationConfig, index:
     if index is not None:
         contamination = index.contamination([t]) if t.step == 0 else text_contamination(t, index)
     return Step(
-        t.step, t.transition_id, order_of(t), logic.transition_key(t, mask), logic.state_action_key(t, mask), words,
-        tuple(logic.transition_flags(t, cfg.quality)) if cfg.quality.enabled else (), contamination,
-        logic.digest(t.action.canonical), logic.digest(mask(t.next_state)), t.next_state.truncated,
-        t.action_error is not None,
-    )  # fmt: skip
+        step=t.step,
+        transition_id=t.transition_id,
+        order=order_of(t),
+        transition_key=logic.transition_key(t, mask),
+        state_action=logic.state_action_key(t, mask),
+        words=words,
+        flags=tuple(logic.transition_flags(t, cfg.quality)) if cfg.quality.enabled else (),
+        contamination=contamination,
+        action=logic.digest(t.action.canonical),
+        next_hash=logic.digest(mask(t.next_state)),
+        truncated=t.next_state.truncated,
+        failed=t.action_error is not None,
+    )
 
 
 def text_contamination(t: Transition, index: logic.EvalIndex) -> tuple[str, str] | None:
@@ -236,6 +250,11 @@ def trajectory_summary(traj: str, chunks: Sequence[Chunk], cfg: CurationConfig) 
         found = logic.trajectory_problem([s.summary() for s in steps], cfg.quality)
         problem = Rejection("quality", *found) if found else None
     return TrajectorySummary(
-        traj, chunks[0].domain, min(c.order for c in chunks), min(c.shard for c in chunks),
-        logic.trajectory_key(s.transition_key for s in steps), sig.tobytes(), problem,
-    )  # fmt: skip
+        trajectory=traj,
+        domain=chunks[0].domain,
+        order=min(c.order for c in chunks),
+        shard=min(c.shard for c in chunks),
+        key=logic.trajectory_key(s.transition_key for s in steps),
+        sig=sig.tobytes(),
+        problem=problem,
+    )

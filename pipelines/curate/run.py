@@ -33,6 +33,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow.fs as pafs
 
@@ -96,9 +97,17 @@ def _curated_inputs(sfs: StoreFS) -> set[str]:
     return done
 
 
-def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str, int, str]]:
-    """(path relative to the store, sha256, rows, first collected_at) of the raw shards this
-    curation takes."""
+class Input(NamedTuple):
+    """A raw shard a curation takes."""
+
+    path: str  # relative to the store
+    sha256: str
+    rows: int
+    first_collected_at: str  # "" when the manifest does not say
+
+
+def plan_inputs(store: Store, cfg: CurationConfig) -> list[Input]:
+    """The raw shards this curation takes, in path order."""
     done = _curated_inputs(store.sfs)
     picked = []
     for shard in store.readable_shards("raw"):
@@ -106,7 +115,7 @@ def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str, int, 
             continue
         rel = store.sfs.rel(shard.path)
         if rel not in done:
-            picked.append((rel, shard.entry.sha256, shard.entry.rows, shard.entry.min_collected_at or ""))
+            picked.append(Input(rel, shard.entry.sha256, shard.entry.rows, shard.entry.min_collected_at or ""))
     return sorted(picked)
 
 
@@ -148,7 +157,7 @@ def _cuts(trajs: list[str], target: int) -> list[int]:
     return cuts
 
 
-def plan_pieces(store: Store, inputs: list[tuple[str, str, int, str]], limit: int) -> list[Piece]:
+def plan_pieces(store: Store, inputs: list[Input], limit: int) -> list[Piece]:
     """The input shards as pieces of at most about ``limit / 4`` transitions (a shard that
     fits is one piece), in input order. A pass then holds at most ``limit`` transitions
     whatever size the writer gave its shards, unless one trajectory is larger."""
@@ -205,8 +214,8 @@ def pass_groups(pieces: list[Piece], limit: int) -> list[list[int]]:
     return [sorted(g) for g in groups]
 
 
-def curation_id(cfg: CurationConfig, inputs: list[tuple[str, str, int, str]]) -> str:
-    body = json.dumps({"config": cfg.model_dump(mode="json"), "inputs": [i[:2] for i in inputs]}, sort_keys=True)
+def curation_id(cfg: CurationConfig, inputs: list[Input]) -> str:
+    body = json.dumps({"config": cfg.model_dump(mode="json"), "inputs": [[i.path, i.sha256] for i in inputs]}, sort_keys=True)
     return f"{cfg.name}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
 
@@ -297,7 +306,7 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     pieces = plan_pieces(store, inputs, cfg.max_transitions_per_pass)
-    reads = {k: (sfs.join(inputs[p.input][0]), p.span()) for k, p in enumerate(pieces)}
+    reads = {k: (sfs.join(inputs[p.input].path), p.span()) for k, p in enumerate(pieces)}
 
     t0 = time.monotonic()
     previous = _previous_index(sfs, str(work))
@@ -322,7 +331,7 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     report.marked_duplicate_steps = tally.repeats
     report.by_stage, report.by_reason, report.by_domain = dict(tally.stage), dict(tally.reason), tally.domain
     report.flags, report.scrubbed, report.cluster_sizes = dict(tally.flags), dict(tally.scrubbed), tally.cluster_sizes()
-    marker = json.dumps({"inputs": [item[0] for item in inputs]}, indent=1).encode()
+    marker = json.dumps({"inputs": [item.path for item in inputs]}, indent=1).encode()
     sfs.write_bytes_atomic(sfs.join("curated", "_index", f"{cid}.json"), marker)
     shutil.rmtree(work)
     report.seconds["finalise"] = time.monotonic() - t1
