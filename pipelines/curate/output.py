@@ -185,12 +185,15 @@ class CurationTally(Tally):
     transitions_in: int = 0
     kept: int = 0
     rejected: int = 0
-    repeats: int = 0
+    repeats: int = 0  # kept steps marked as repeating an earlier kept one
+    # rejected rows by stage and by reason
     stage: Counter = field(default_factory=Counter)
     reason: Counter = field(default_factory=Counter)
+    # every row's flags, without the "exclude:" prefix; secrets replaced, by kind
     flags: Counter = field(default_factory=Counter)
     scrubbed: Counter = field(default_factory=Counter)
-    domain: dict[str, dict[str, int]] = field(default_factory=dict)
+    domain: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> {"kept": n, "rejected": n}
+    # (cluster, trajectory) pairs: a trajectory's rows count once in its cluster's size
     cluster_trajs: set[tuple[str, str]] = field(default_factory=set)
 
     def add(self, tree: str, rows: list[dict]) -> None:
