@@ -87,7 +87,6 @@ from pipelines.curate.beam import NearDuplicates
 from pipelines.curate.config import CurationConfig
 from pipelines.curate import minhash
 
-cfg = CurationConfig().model_dump(mode="json")
 nd = CurationConfig().near_dedup
 
 def signatures(path):
@@ -97,13 +96,13 @@ def signatures(path):
         shingles = [minhash.distinct(minhash.shingles(d["text"], words=d["domain"] in nd.word_domains,
                     n=nd.word_ngram if d["domain"] in nd.word_domains else nd.char_ngram)) for d in chunk]
         for d, sig in zip(chunk, minhash.hasher(nd.num_perm).signatures(shingles)):
-            yield {{"order": f"1|{{d['id']}}|{{d['id']}}", "traj": d["id"], "sig": sig.tobytes()}}
+            yield d["id"], sig.tobytes()  # (node, signature): the smallest id labels a cluster
 
 opts = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers={workers}"])
 with beam.Pipeline(options=opts) as p:
     labels = (p | beam.Create(sorted(str(f) for f in __import__("pathlib").Path({str(folder)!r}).glob("*.jsonl")))
-              | beam.Reshuffle() | beam.FlatMap(signatures) | NearDuplicates(cfg))
-    (labels | beam.FlatMap(lambda kv: [kv[0].split("|", 2)[2]] if kv[0] != kv[1] else [])
+              | beam.Reshuffle() | beam.FlatMap(signatures) | NearDuplicates(nd))
+    (labels | beam.FlatMap(lambda kv: [kv[0]] if kv[0] != kv[1] else [])
             | beam.io.WriteToText({str(folder / "tf-removed")!r}))
 print(json.dumps({{"seconds": time.perf_counter() - t0}}))
 """

@@ -32,30 +32,36 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines.curate import logic, minhash
-from pipelines.curate.config import CurationConfig
+from pipelines.curate.config import CurationConfig, NearDedup
 from pipelines.curate.reasons import validation_reason
-from pipelines.curate.records import Step, batch_chunks, trajectory_summary
+from pipelines.curate.records import (
+    THIS_CURATION,
+    Decision,
+    KeptStep,
+    Order,
+    Rejection,
+    TrajectorySummary,
+    batch_chunks,
+    trajectory_summary,
+)
 
 QUARANTINE = "quarantine"
 
 
-def _decision(tid, traj, domain, status, stage=None, reason=None, detail=None, **extra) -> dict[str, Any]:
-    """One transition's verdict; a rejection's ``reason`` is from ``pipelines.curate.reasons``."""
-    return {"tid": tid, "traj": traj, "domain": domain, "status": status, "stage": stage, "reason": reason,
-            "detail": detail, "duplicate_of": None, "cluster": None, "flags": [], **extra}  # fmt: skip
+def _quarantined(shard: int, reason: str, detail: str, tid=None, traj=None, domain=None) -> Decision:
+    return Decision(tid, traj, domain, "rejected", shard, "validate", reason, detail)
 
 
 class ReadChunks(beam.DoFn):
     """(piece index, path or (path, row span)) -> trajectory chunks; bad shards and
     records go to ``quarantine``. With ``done_dir``, an empty file per piece read."""
 
-    def __init__(self, store: str, config: dict[str, Any], done_dir: str | None = None) -> None:
-        self.store, self.config, self.done_dir = store, config, done_dir
+    def __init__(self, store: str, cfg: CurationConfig, done_dir: str | None = None) -> None:
+        self.store, self.cfg, self.done_dir = store, cfg, done_dir
 
     def setup(self) -> None:
         from pipelines.store.fs import StoreFS
 
-        self.cfg = CurationConfig.model_validate(self.config)
         self.sfs = StoreFS.open(self.store)
         d = self.cfg.decontaminate
         self.index = logic.EvalIndex.from_files(d.eval_sets, d.ngram) if d.enabled and d.eval_sets else None
@@ -75,15 +81,13 @@ class ReadChunks(beam.DoFn):
                     if problems:
                         reason = "unreadable_record" if t is None else validation_reason(problems[0])
                         yield beam.pvalue.TaggedOutput(
-                            QUARANTINE, _decision(ids[row], trajs[row], domains[row], "rejected", "validate", reason,
-                                                  problems[0], shard=shard))  # fmt: skip
+                            QUARANTINE, _quarantined(shard, reason, problems[0], ids[row], trajs[row], domains[row])
+                        )
                     else:
                         good.append(t)
                 yield from batch_chunks(good, self.cfg, self.index, shard)
         except ShardError as exc:
-            yield beam.pvalue.TaggedOutput(
-                QUARANTINE, _decision(None, None, None, "rejected", "validate", "unreadable_shard", str(exc), shard=shard)
-            )
+            yield beam.pvalue.TaggedOutput(QUARANTINE, _quarantined(shard, "unreadable_shard", str(exc)))
         if self.done_dir:  # the driver counts these for its progress bar
             with contextlib.suppress(OSError):
                 Path(self.done_dir, f"{shard:06d}").touch()
@@ -95,8 +99,8 @@ class ReadIndex(beam.DoFn):
     a kept step sharing a (state, action) key (``kind="steps"``). The keys of this pass
     come as a side input, so the index read stays proportional to what matches."""
 
-    def __init__(self, kind: str, config: dict[str, Any]) -> None:
-        self.kind, self.config = kind, config
+    def __init__(self, kind: str, near: NearDedup) -> None:
+        self.kind, self.near = kind, near
         self._keys: tuple[int, set] | None = None
 
     def process(self, path: str, keys: list[str]) -> Iterator[Any]:
@@ -105,7 +109,6 @@ class ReadIndex(beam.DoFn):
         if self._keys is None or self._keys[0] != id(keys):
             self._keys = (id(keys), set(keys))
         wanted = self._keys[1]
-        nd = CurationConfig.model_validate(self.config).near_dedup
         read = beam.metrics.Metrics.counter("index", f"{self.kind}_read")
         matched = beam.metrics.Metrics.counter("index", f"{self.kind}_matched")
         for r in pq.read_table(path).to_pylist():
@@ -113,19 +116,21 @@ class ReadIndex(beam.DoFn):
             if self.kind == "steps":
                 if r["sa"] in wanted:
                     matched.inc()
-                    yield r["sa"], ("prev", r)
-            elif r["key"] in wanted or any(k in wanted for k in minhash.band_keys(np.frombuffer(r["sig"], np.uint64),
-                                                                                     nd.bands, nd.rows)):  # fmt: skip
+                    yield r["sa"], ("prev", KeptStep.from_index_row(r))
+            elif r["key"] in wanted or self._shares_band(r["sig"], wanted):
                 matched.inc()
-                yield {"traj": r["traj"], "domain": r["domain"], "order": "0|" + r["order"].split("|", 1)[1],
-                       "key": r["key"], "sig": r["sig"], "problem": None, "shard": -1}  # fmt: skip
+                yield TrajectorySummary.from_index_row(r)
+
+    def _shares_band(self, sig: bytes, wanted: set[str]) -> bool:
+        bands = minhash.band_keys(np.frombuffer(sig, np.uint64), self.near.bands, self.near.rows)
+        return any(k in wanted for k in bands)
 
 
-def _summarise(item, config: dict[str, Any]):
+def _summarise(item, cfg: CurationConfig):
     traj, chunks = item
     chunks = list(chunks)
-    yield trajectory_summary(traj, chunks, CurationConfig.model_validate(config))
-    yield beam.pvalue.TaggedOutput("steps", (traj, [(c["shard"], c["domain"], s) for c in chunks for s in c["steps"]]))
+    yield trajectory_summary(traj, chunks, cfg)
+    yield beam.pvalue.TaggedOutput("steps", (traj, [(c.shard, c.domain, s) for c in chunks for s in c.steps]))
 
 
 class ExactDuplicates(beam.PTransform):
@@ -134,44 +139,46 @@ class ExactDuplicates(beam.PTransform):
     def expand(self, summaries):
         def pick(item):
             _, members = item
-            members = sorted(members, key=lambda s: s["order"])
+            members = sorted(members, key=lambda s: s.order)
             keeper = members[0]
             yield keeper
             for m in members[1:]:
-                detail = f"exact duplicate of {keeper['traj']}"
-                yield beam.pvalue.TaggedOutput("dropped", (m["traj"], ("exact_dedup", "exact_duplicate", detail)))
+                rejection = Rejection("exact_dedup", "exact_duplicate", f"exact duplicate of {keeper.trajectory}")
+                yield beam.pvalue.TaggedOutput("dropped", (m.trajectory, rejection))
 
         return (
             summaries
-            | "KeyByContent" >> beam.Map(lambda s: (s["key"], s))
+            | "KeyByContent" >> beam.Map(lambda s: (s.key, s))
             | "GroupByContent" >> beam.GroupByKey()
             | "PickKeeper" >> beam.FlatMap(pick).with_outputs("dropped", main="kept")
         )
 
 
 class NearDuplicates(beam.PTransform):
-    """(trajectory summaries) -> (node, cluster label) for every node with a confirmed
-    near-duplicate edge; nodes are ``order`` strings, so the label is the earliest member.
+    """(node, MinHash signature bytes) -> (node, cluster label) for every node with a
+    confirmed near-duplicate edge; nodes sort by age (an ``Order`` as a plain tuple, so the
+    label is the earliest member).
 
     Band buckets carry node names only; each bucket confirms its own candidate pairs by
     Jaccard (``minhash.similar_pairs``) against the pass's signatures, a side input of
     about 1 KB a trajectory. Only confirmed edges leave a bucket, so memory follows the
     pass's trajectories, not its candidate pairs (which grow with shared bands)."""
 
-    def __init__(self, cfg: dict[str, Any]) -> None:
+    def __init__(self, near: NearDedup) -> None:
         super().__init__()
-        self.cfg = cfg
+        self.near = near
 
-    def expand(self, summaries):
-        nd = CurationConfig.model_validate(self.cfg).near_dedup
+    def expand(self, signatures):
+        nd = self.near
 
-        def bands(s):
-            for key in minhash.band_keys(np.frombuffer(s["sig"], dtype=np.uint64), nd.bands, nd.rows):
-                yield key, s["order"]
+        def bands(item):
+            node, sig = item
+            for key in minhash.band_keys(np.frombuffer(sig, dtype=np.uint64), nd.bands, nd.rows):
+                yield key, node
 
-        sigs = beam.pvalue.AsDict(summaries | "SigByNode" >> beam.Map(lambda s: (s["order"], s["sig"])))
+        sigs = beam.pvalue.AsDict(signatures)
         edges = (
-            summaries
+            signatures
             | "BandKeys" >> beam.FlatMap(bands)
             | "GroupByBand" >> beam.GroupByKey()
             | "ConfirmInBucket" >> beam.FlatMap(_confirm_bucket, sigs, nd.threshold)
@@ -180,7 +187,7 @@ class NearDuplicates(beam.PTransform):
         return edges | "Components" >> ConnectedComponents(nd.max_components_rounds)
 
 
-def _confirm_bucket(item, sigs: dict[str, bytes], threshold: float):
+def _confirm_bucket(item, sigs: dict[tuple, bytes], threshold: float):
     """One band bucket -> its confirmed near-duplicate edges (most buckets hold one node)."""
     members = sorted(set(item[1]))
     if len(members) > 1:
@@ -215,14 +222,20 @@ def _spread(item):
         yield neighbour, label
 
 
-def _traj_of(node: str) -> str:
-    return node.split("|", 2)[2]
+def _node(s: TrajectorySummary) -> tuple[tuple, bytes]:
+    """A summary as a near-duplicate node: its order as a plain tuple, which Beam encodes
+    deterministically as a key (a NamedTuple key falls back to pickling, with a warning)."""
+    return tuple(s.order), s.sig
+
+
+def _traj_of(node: tuple) -> str:
+    return Order(*node).trajectory
 
 
 def _near_verdict(item):
     node, label = item
     if label != node:
-        yield _traj_of(node), ("near_dedup", "near_duplicate", f"near duplicate of {_traj_of(label)}")
+        yield _traj_of(node), Rejection("near_dedup", "near_duplicate", f"near duplicate of {_traj_of(label)}")
 
 
 def _step_decisions(item):
@@ -234,34 +247,33 @@ def _step_decisions(item):
     cluster = clusters[0] if clusters else None
     for steps in grouped["steps"]:
         for shard, domain, s in steps:
-            s = Step(*s)
             if verdicts:
-                d = _decision(s.tid, traj, domain, "rejected", *verdicts[0], cluster=cluster)
+                stage, reason, detail = verdicts[0]
+                d = Decision(s.transition_id, traj, domain, "rejected", shard, stage, reason, detail, cluster=cluster)
             else:
-                d = _decision(s.tid, traj, domain, "kept", cluster=cluster, flags=list(s.flags))
-            d.update(shard=shard, sa=s.sa, tkey=s.tkey, order=s.order, words=s.words)
-            yield s.sa, ("cur", d)
+                d = Decision(s.transition_id, traj, domain, "kept", shard, cluster=cluster, flags=s.flags)
+            d = d._replace(state_action=s.state_action, transition_key=s.transition_key, order=s.order, words=s.words)
+            yield s.state_action, ("cur", d)
     if not verdicts:
         for summary in grouped["summary"]:
             yield beam.pvalue.TaggedOutput("kept", summary)
 
 
-def decide(summaries, steps, cfg: dict[str, Any]):
+def decide(summaries, steps, cfg: CurationConfig):
     """Trajectory summaries (this pass's and earlier kept ones) and this pass's steps ->
     ((state-action key, ("cur", decision)) per step, kept summaries of this pass)."""
-    config = CurationConfig.model_validate(cfg)
     split = summaries | "SplitProblems" >> beam.FlatMap(
-        lambda s: [beam.pvalue.TaggedOutput("dropped", (s["traj"], s["problem"]))] if s["problem"] else [s]
+        lambda s: [beam.pvalue.TaggedOutput("dropped", (s.trajectory, s.problem))] if s.problem else [s]
     ).with_outputs("dropped", main="ok")
     dropped, kept = [split.dropped], split.ok
-    if config.exact_dedup.enabled and config.exact_dedup.trajectories:
+    if cfg.exact_dedup.enabled and cfg.exact_dedup.trajectories:
         exact = kept | "Exact" >> ExactDuplicates()
         dropped.append(exact.dropped)
         kept = exact.kept
     joined = {"steps": steps, "summary": summaries | "CurrentByTraj" >> beam.FlatMap(
-        lambda s: [(s["traj"], s)] if s["order"].startswith("1|") else [])}  # fmt: skip
-    if config.near_dedup.enabled:
-        labels = kept | "Near" >> NearDuplicates(cfg)
+        lambda s: [(s.trajectory, s)] if s.order.rank == THIS_CURATION else [])}  # fmt: skip
+    if cfg.near_dedup.enabled:
+        labels = kept | "Nodes" >> beam.Map(_node) | "Near" >> NearDuplicates(cfg.near_dedup)
         dropped.append(labels | "NearVerdicts" >> beam.FlatMap(_near_verdict))
         joined["cluster"] = labels | "ClusterByTraj" >> beam.Map(lambda kv: (_traj_of(kv[0]), _traj_of(kv[1])))
     else:
@@ -278,32 +290,31 @@ def mark_steps(item, mark_repeats: bool, threshold: float):
     """One (state, action) group: earlier curations' kept steps (``prev``) and this pass's
     decisions (``cur``) -> this pass's decisions with repeat and non-determinism marks."""
     _, members = item
-    prev = [r for tag, r in members if tag == "prev"]
-    cur = sorted((d for tag, d in members if tag == "cur"), key=lambda d: (d["order"], d["tid"]))
+    prev: list[KeptStep] = [r for tag, r in members if tag == "prev"]
+    cur: list[Decision] = sorted((d for tag, d in members if tag == "cur"), key=lambda d: (d.order, d.transition_id))
     first: dict[str, str] = {}
-    for r in sorted(prev, key=lambda r: (r["order"], r["tid"])):
-        first.setdefault(r["tkey"], r["tid"])
-    everyone = [np.frombuffer(r["words"], np.uint32) for r in prev] + [np.frombuffer(d["words"], np.uint32) for d in cur]
+    for r in sorted(prev, key=lambda r: (r.order, r.transition_id)):
+        first.setdefault(r.transition_key, r.transition_id)
+    everyone = [np.frombuffer(r.words, np.uint32) for r in prev] + [np.frombuffer(d.words, np.uint32) for d in cur]
     flagged = logic.nondeterministic(everyone, threshold) if len(everyone) > 1 else set()
     for i, d in enumerate(cur):
-        if d["status"] == "kept":
-            keeper = first.setdefault(d["tkey"], d["tid"])
-            if mark_repeats and keeper != d["tid"]:
-                d["duplicate_of"] = keeper
+        if d.kept:
+            keeper = first.setdefault(d.transition_key, d.transition_id)
+            if mark_repeats and keeper != d.transition_id:
+                d = d._replace(duplicate_of=keeper)
             if len(prev) + i in flagged:
-                d["flags"] = [*d["flags"], "nondeterministic"]
+                d = d._replace(flags=(*d.flags, "nondeterministic"))
         else:
-            d.pop("words")  # only kept steps go into the index
+            d = d._replace(words=None)  # only kept steps go into the index
         yield d
 
 
-def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: dict[str, Any],
+def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: CurationConfig,
           previous: dict[str, list[str]] | None = None, done_dir: str | None = None):  # fmt: skip
-    """The pass-1 graph: shard paths -> (one decision per transition, quarantine included;
-    summaries of the trajectories this pass keeps). ``previous`` names the index files of
-    earlier curations and passes (``{"traj": [...], "steps": [...]}``); ``done_dir`` gets a
-    file per piece read (the driver's progress)."""
-    config = CurationConfig.model_validate(cfg)
+    """The pass-1 graph: shard paths -> (one ``Decision`` per transition, quarantine
+    included; ``TrajectorySummary`` of the trajectories this pass keeps). ``previous`` names
+    the index files of earlier curations and passes (``{"traj": [...], "steps": [...]}``);
+    ``done_dir`` gets a file per piece read (the driver's progress)."""
     items = sorted(shard_paths.items() if isinstance(shard_paths, dict) else enumerate(shard_paths))
     read = (
         pipeline
@@ -313,20 +324,20 @@ def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: di
     )
     trajectories = (
         read.chunks
-        | "ByTrajectory" >> beam.Map(lambda c: (c["traj"], c))
+        | "ByTrajectory" >> beam.Map(lambda c: (c.trajectory, c))
         | "GroupTrajectory" >> beam.GroupByKey()
         | "Summarise" >> beam.FlatMap(_summarise, cfg).with_output_types(Any).with_outputs("steps", main="summaries")
     )
     summaries = trajectories.summaries
     previous = previous or {}
     if previous.get("traj"):
-        nd = config.near_dedup
+        nd = cfg.near_dedup
         keys = summaries | "CurrentKeys" >> beam.FlatMap(
-            lambda s: [s["key"], *minhash.band_keys(np.frombuffer(s["sig"], np.uint64), nd.bands, nd.rows)])  # fmt: skip
+            lambda s: [s.key, *minhash.band_keys(np.frombuffer(s.sig, np.uint64), nd.bands, nd.rows)])  # fmt: skip
         earlier = (
             pipeline
             | "PreviousTraj" >> beam.Create(previous["traj"])
-            | "ReadPreviousTraj" >> beam.ParDo(ReadIndex("traj", cfg), beam.pvalue.AsList(keys))
+            | "ReadPreviousTraj" >> beam.ParDo(ReadIndex("traj", nd), beam.pvalue.AsList(keys))
         )
         summaries = (summaries, earlier) | "WithPrevious" >> beam.Flatten()
     decided = decide(summaries, trajectories.steps, cfg)
@@ -336,14 +347,14 @@ def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: di
         groups.append(
             pipeline
             | "PreviousSteps" >> beam.Create(previous["steps"])
-            | "ReadPreviousSteps" >> beam.ParDo(ReadIndex("steps", cfg), beam.pvalue.AsList(sa_keys))
+            | "ReadPreviousSteps" >> beam.ParDo(ReadIndex("steps", cfg.near_dedup), beam.pvalue.AsList(sa_keys))
         )
-    mark_repeats = config.exact_dedup.enabled and config.exact_dedup.transitions
+    mark_repeats = cfg.exact_dedup.enabled and cfg.exact_dedup.transitions
     marked = (
         groups
         | "WithPreviousSteps" >> beam.Flatten()
         | "GroupStateAction" >> beam.GroupByKey()
-        | "MarkSteps" >> beam.FlatMap(mark_steps, mark_repeats, config.quality.nondeterminism_jaccard)
+        | "MarkSteps" >> beam.FlatMap(mark_steps, mark_repeats, cfg.quality.nondeterminism_jaccard)
     )
     return (marked, read[QUARANTINE]) | "WithQuarantine" >> beam.Flatten(), decided.kept
 
@@ -352,26 +363,26 @@ class WriteShards(beam.PTransform):
     """Decisions and kept summaries grouped by piece -> that piece's outputs
     (``pipelines.curate.output.write_shard``); yields the piece index when done."""
 
-    def __init__(self, store: str, paths: dict[int, tuple[str, Any]], work: str, cid: str, config: dict[str, Any]) -> None:
+    def __init__(self, store: str, paths: dict[int, tuple[str, Any]], work: str, cid: str, cfg: CurationConfig) -> None:
         super().__init__()
-        self.args = (store, paths, work, cid, config)
+        self.args = (store, paths, work, cid, cfg)
 
     def expand(self, pcolls):
         decisions, kept = pcolls
-        store, paths, work, cid, config = self.args
+        store, paths, work, cid, cfg = self.args
 
         def write(item):
             from pipelines.curate.output import write_shard
 
             shard, grouped = item
             path, span = paths[shard]
-            write_shard(store, path, shard, work, cid, config, list(grouped["decisions"]), list(grouped["kept"]), span)
+            write_shard(store, path, shard, work, cid, cfg, list(grouped["decisions"]), list(grouped["kept"]), span)
             yield shard
 
         return (
             {
-                "decisions": decisions | "DecisionsByShard" >> beam.Map(lambda d: (d["shard"], d)),
-                "kept": kept | "KeptByShard" >> beam.Map(lambda s: (s["shard"], s)),
+                "decisions": decisions | "DecisionsByShard" >> beam.Map(lambda d: (d.shard, d)),
+                "kept": kept | "KeptByShard" >> beam.Map(lambda s: (s.shard, s)),
             }
             | "GroupByShard" >> beam.CoGroupByKey()
             | "WriteShard" >> beam.FlatMap(write)

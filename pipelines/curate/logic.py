@@ -11,7 +11,7 @@ import itertools
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,13 +50,24 @@ def digest(*parts: str) -> str:
     return h.hexdigest()
 
 
-def transition_key(t: Transition) -> str:
-    """Exact-duplicate key of a step: masked state, canonical action, masked next_state."""
-    return digest(masked(t.state), t.action.canonical, masked(t.next_state))
+def transition_key(t: Transition, mask: Callable[[Observation], str] = masked) -> str:
+    """What makes two transitions the same for curation (exact repeats, and, over all
+    steps, ``trajectory_key``): the digest of the masked state, the canonical action and
+    the masked next state. This is curation's one notion of "the same transition"; the
+    record's ``content_hash`` is the record's own checksum (``schemas.validate``), whose
+    normal form keeps blank runs and control codes that ``normalise`` drops. ``mask``
+    lets a caller reuse its masked texts (``records._Masks``)."""
+    return digest(mask(t.state), t.action.canonical, mask(t.next_state))
 
 
-def trajectory_key(trajectory: Sequence[Transition]) -> str:
-    return digest(*(transition_key(t) for t in trajectory))
+def state_action_key(t: Transition, mask: Callable[[Observation], str] = masked) -> str:
+    """The same step in another run: masked state and canonical action, whatever followed."""
+    return digest(mask(t.state), t.action.canonical)
+
+
+def trajectory_key(transition_keys: Iterable[str]) -> str:
+    """The same trajectory: the ``transition_key`` of each of its steps, in order."""
+    return digest(*transition_keys)
 
 
 # -- near duplicates ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.curate.config import CurationConfig
+from pipelines.curate.records import Decision, TrajectorySummary
 from pipelines.curate.scrub import scrub_transition, secret_rows
 from pipelines.store import StoreWriter, read_shard
 from pipelines.store.fs import LOCAL, StoreFS
 from pipelines.store.layout import part_name, run_dir
 from pipelines.store.manifest import RunManifest
+from pipelines.tally import Tally
 from schemas.arrow import from_record_batch, to_record_batch
 from schemas.errors import ShardError
 
@@ -54,19 +56,18 @@ def shard_dir(work: str, shard: int) -> Path:
     return Path(work) / "out" / f"{shard:06d}"
 
 
-def write_shard(store: str, path: str, shard: int, work: str, cid: str, config: dict[str, Any],
-                decisions: list[dict[str, Any]], kept: list[dict[str, Any]], span=None) -> None:  # fmt: skip
-    cfg = CurationConfig.model_validate(config)
+def write_shard(store: str, path: str, shard: int, work: str, cid: str, cfg: CurationConfig,
+                decisions: list[Decision], kept: list[TrajectorySummary], span=None) -> None:  # fmt: skip
     out = shard_dir(work, shard)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     by_tid, rows = {}, {"curated": [], "rejected": []}
-    for d in sorted(decisions, key=lambda d: (d["tid"] or "", d["reason"] or "", d.get("detail") or "")):
-        if d["tid"] is None or d["stage"] == "validate":  # quarantined: in the attributes only
+    for d in sorted(decisions, key=lambda d: (d.transition_id or "", d.reason or "", d.detail or "")):
+        if d.transition_id is None or d.stage == "validate":  # quarantined: in the attributes only
             rows["rejected"].append(attribute(d))
         else:
-            by_tid[d["tid"]] = d
-    tally = Tally()
+            by_tid[d.transition_id] = d
+    tally = CurationTally()
     sfs = StoreFS.open(store)
     kinds = cfg.scrub.kinds if cfg.scrub.enabled else []
     try:
@@ -78,9 +79,7 @@ def write_shard(store: str, path: str, shard: int, work: str, cid: str, config: 
                 decided = [by_tid.get(tid) for tid in tids]
                 dirty = secret_rows(batch, kinds) if kinds else [False] * batch.num_rows
                 for tree in TREES:
-                    picked = [
-                        i for i, d in enumerate(decided) if d is not None and (d["status"] == "kept") == (tree == "curated")
-                    ]
+                    picked = [i for i, d in enumerate(decided) if d is not None and d.kept == (tree == "curated")]
                     if picked:
                         part = _scrubbed(batch, picked, [i for i in picked if dirty[i]], kinds, tally)
                         for domain in sorted(set(part.column("domain").to_pylist())):
@@ -92,16 +91,16 @@ def write_shard(store: str, path: str, shard: int, work: str, cid: str, config: 
     for tree, items in rows.items():
         tally.add(tree, items)
         pq.write_table(pa.Table.from_pylist(items, schema=ATTRIBUTES), out / f"attributes-{tree}.parquet", compression="zstd")
-    steps = sorted((d for d in by_tid.values() if d["status"] == "kept"), key=lambda d: d["tid"])
-    pq.write_table(pa.Table.from_pylist([{k: d[k] for k in STEPS_INDEX.names} for d in steps], schema=STEPS_INDEX),
+    steps = sorted((d for d in by_tid.values() if d.kept), key=lambda d: d.transition_id)
+    pq.write_table(pa.Table.from_pylist([d.index_row() for d in steps], schema=STEPS_INDEX),
                    out / "steps.parquet", compression="zstd")  # fmt: skip
-    kept = sorted(kept, key=lambda s: s["traj"])
-    pq.write_table(pa.Table.from_pylist([{k: s[k] for k in TRAJ_INDEX.names} for s in kept], schema=TRAJ_INDEX),
+    kept = sorted(kept, key=lambda s: s.trajectory)
+    pq.write_table(pa.Table.from_pylist([s.index_row() for s in kept], schema=TRAJ_INDEX),
                    out / "traj.parquet", compression="zstd")  # fmt: skip
     (out / "tally.json").write_text(json.dumps(tally.to_json(), sort_keys=True))
 
 
-def _scrubbed(batch: pa.RecordBatch, rows: list[int], dirty: list[int], kinds, tally: Tally) -> pa.RecordBatch:
+def _scrubbed(batch: pa.RecordBatch, rows: list[int], dirty: list[int], kinds, tally: CurationTally) -> pa.RecordBatch:
     """The rows of a batch, in order, with the ones that may hold secrets scrubbed (only
     those become ``Transition`` objects; the rest stay columnar)."""
     if not dirty:
@@ -126,12 +125,12 @@ def index_files(work: str, shards: list[int]) -> dict[str, list[str]]:
     return {kind: [str(shard_dir(work, i) / f"{kind}.parquet") for i in shards] for kind in ("traj", "steps")}
 
 
-def finalise(store: str, work: str, cid: str, shards: int) -> Tally:
+def finalise(store: str, work: str, cid: str, shards: int) -> CurationTally:
     """Put the per-shard outputs together (see the module docstring); the summed counts.
     ``work`` is a local folder; on an object store each file is uploaded as one object and
     the manifests follow their shards."""
     sfs = StoreFS.open(store)
-    total = Tally()
+    total = CurationTally()
     for tree in TREES:
         manifests: dict[str, RunManifest] = {}
         for i in range(shards):
@@ -168,29 +167,37 @@ def finalise(store: str, work: str, cid: str, shards: int) -> Tally:
     return total
 
 
-def attribute(d: dict[str, Any]) -> dict[str, Any]:
-    flags = sorted(d.get("flags") or [])
+def attribute(d: Decision) -> dict[str, Any]:
+    """A decision as its row of ``attributes.parquet`` (``ATTRIBUTES``)."""
+    flags = sorted(d.flags)
     return {
-        "transition_id": d["tid"], "trajectory_id": d["traj"], "domain": d["domain"], "status": d["status"],
-        "stage": d["stage"], "reason": d["reason"], "detail": d.get("detail"), "duplicate_of": d.get("duplicate_of"),
-        "cluster": d.get("cluster"),
-        "flags": flags, "exclude_as_target": bool(d.get("duplicate_of")) or any(f.startswith("exclude:") for f in flags),
+        "transition_id": d.transition_id, "trajectory_id": d.trajectory, "domain": d.domain, "status": d.status,
+        "stage": d.stage, "reason": d.reason, "detail": d.detail, "duplicate_of": d.duplicate_of, "cluster": d.cluster,
+        "flags": flags, "exclude_as_target": bool(d.duplicate_of) or any(f.startswith("exclude:") for f in flags),
     }  # fmt: skip
 
 
-class Tally:
-    """Report counters of one input shard, or of them all (``merge``)."""
+@dataclass
+class CurationTally(Tally):
+    """Report counters of one piece of input, or of them all (``merge``); its JSON is each
+    piece's ``tally.json``."""
 
-    def __init__(self) -> None:
-        self.transitions_in = self.kept = self.rejected = self.repeats = 0
-        self.stage: Counter = Counter()
-        self.reason: Counter = Counter()
-        self.flags: Counter = Counter()
-        self.scrubbed: Counter = Counter()
-        self.domain: dict[str, dict[str, int]] = {}
-        self.cluster_trajs: set[tuple[str, str]] = set()
+    transitions_in: int = 0
+    kept: int = 0
+    rejected: int = 0
+    repeats: int = 0  # kept steps marked as repeating an earlier kept one
+    # rejected rows by stage and by reason
+    stage: Counter = field(default_factory=Counter)
+    reason: Counter = field(default_factory=Counter)
+    # every row's flags, without the "exclude:" prefix; secrets replaced, by kind
+    flags: Counter = field(default_factory=Counter)
+    scrubbed: Counter = field(default_factory=Counter)
+    domain: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> {"kept": n, "rejected": n}
+    # (cluster, trajectory) pairs: a trajectory's rows count once in its cluster's size
+    cluster_trajs: set[tuple[str, str]] = field(default_factory=set)
 
     def add(self, tree: str, rows: list[dict]) -> None:
+        """Count attribute rows (``attribute``) written to ``tree``."""
         for r in rows:
             d = self.domain.setdefault(r["domain"] or "?", {"kept": 0, "rejected": 0})
             if tree == "curated":
@@ -205,22 +212,6 @@ class Tally:
             self.flags.update(f.split(":")[-1] for f in r["flags"])
             if r["cluster"]:
                 self.cluster_trajs.add((r["cluster"], r["trajectory_id"]))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"transitions_in": self.transitions_in, "kept": self.kept, "rejected": self.rejected,
-                "repeats": self.repeats, "stage": self.stage, "reason": self.reason, "flags": self.flags,
-                "scrubbed": self.scrubbed, "domain": self.domain, "cluster_trajs": sorted(self.cluster_trajs)}  # fmt: skip
-
-    def merge(self, other: dict[str, Any]) -> None:
-        for name in ("transitions_in", "kept", "rejected", "repeats"):
-            setattr(self, name, getattr(self, name) + other[name])
-        for name in ("stage", "reason", "flags", "scrubbed"):
-            getattr(self, name).update(other[name])
-        for domain, counts in other["domain"].items():
-            mine = self.domain.setdefault(domain, {"kept": 0, "rejected": 0})
-            for k, v in counts.items():
-                mine[k] += v
-        self.cluster_trajs.update(tuple(p) for p in other["cluster_trajs"])
 
     def cluster_sizes(self) -> dict[str, int]:
         sizes = Counter(Counter(c for c, _ in self.cluster_trajs).values())

@@ -33,7 +33,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import pyarrow.fs as pafs
 
@@ -97,9 +97,17 @@ def _curated_inputs(sfs: StoreFS) -> set[str]:
     return done
 
 
-def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str, int, str]]:
-    """(path relative to the store, sha256, rows, first collected_at) of the raw shards this
-    curation takes."""
+class Input(NamedTuple):
+    """A raw shard a curation takes."""
+
+    path: str  # relative to the store
+    sha256: str
+    rows: int
+    first_collected_at: str  # "" when the manifest does not say
+
+
+def plan_inputs(store: Store, cfg: CurationConfig) -> list[Input]:
+    """The raw shards this curation takes, in path order."""
     done = _curated_inputs(store.sfs)
     picked = []
     for shard in store.readable_shards("raw"):
@@ -107,7 +115,7 @@ def plan_inputs(store: Store, cfg: CurationConfig) -> list[tuple[str, str, int, 
             continue
         rel = store.sfs.rel(shard.path)
         if rel not in done:
-            picked.append((rel, shard.entry.sha256, shard.entry.rows, shard.entry.min_collected_at or ""))
+            picked.append(Input(rel, shard.entry.sha256, shard.entry.rows, shard.entry.min_collected_at or ""))
     return sorted(picked)
 
 
@@ -149,7 +157,7 @@ def _cuts(trajs: list[str], target: int) -> list[int]:
     return cuts
 
 
-def plan_pieces(store: Store, inputs: list[tuple[str, str, int, str]], limit: int) -> list[Piece]:
+def plan_pieces(store: Store, inputs: list[Input], limit: int) -> list[Piece]:
     """The input shards as pieces of at most about ``limit / 4`` transitions (a shard that
     fits is one piece), in input order. A pass then holds at most ``limit`` transitions
     whatever size the writer gave its shards, unless one trajectory is larger."""
@@ -206,8 +214,8 @@ def pass_groups(pieces: list[Piece], limit: int) -> list[list[int]]:
     return [sorted(g) for g in groups]
 
 
-def curation_id(cfg: CurationConfig, inputs: list[tuple[str, str, int, str]]) -> str:
-    body = json.dumps({"config": cfg.model_dump(mode="json"), "inputs": [i[:2] for i in inputs]}, sort_keys=True)
+def curation_id(cfg: CurationConfig, inputs: list[Input]) -> str:
+    body = json.dumps({"config": cfg.model_dump(mode="json"), "inputs": [[i.path, i.sha256] for i in inputs]}, sort_keys=True)
     return f"{cfg.name}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
 
@@ -234,7 +242,7 @@ def _previous_index(sfs: StoreFS, work: str) -> dict[str, list[str]]:
     return fetched
 
 
-def run_pass(reads: dict[int, tuple], store_uri: str, config: dict[str, Any], previous: dict[str, list[str]],
+def run_pass(reads: dict[int, tuple], store_uri: str, cfg: CurationConfig, previous: dict[str, list[str]],
              every_read: dict[int, tuple], work: str, cid: str, beam_args: list[str] | None) -> dict[str, int]:  # fmt: skip
     """One Beam pass over some pieces; the counts of earlier index rows it read and matched.
     Each piece read leaves an empty file in ``<work>/read/`` (the driver's progress)."""
@@ -244,8 +252,8 @@ def run_pass(reads: dict[int, tuple], store_uri: str, config: dict[str, Any], pr
     from pipelines.curate.beam import WriteShards, build
 
     p = beam.Pipeline(options=beam_options(beam_args))
-    decisions, kept = build(p, reads, store_uri, config, previous, done_dir=os.path.join(work, "read"))
-    _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, every_read, work, cid, config)
+    decisions, kept = build(p, reads, store_uri, cfg, previous, done_dir=os.path.join(work, "read"))
+    _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, every_read, work, cid, cfg)
     result = p.run()
     result.wait_until_finish()
     return {c.key.metric.name: c.committed for c in result.metrics().query()["counters"] if c.key.metric.namespace == "index"}
@@ -297,9 +305,8 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
         sfs.rmtree(leftover)  # an unfinished earlier try of this curation starts over
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    config = cfg.model_dump(mode="json")
     pieces = plan_pieces(store, inputs, cfg.max_transitions_per_pass)
-    reads = {k: (sfs.join(inputs[p.input][0]), p.span()) for k, p in enumerate(pieces)}
+    reads = {k: (sfs.join(inputs[p.input].path), p.span()) for k, p in enumerate(pieces)}
 
     t0 = time.monotonic()
     previous = _previous_index(sfs, str(work))
@@ -308,7 +315,7 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     for g, group in enumerate(groups):
         rows = sum(pieces[k].rows for k in group)
         log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} pieces of shards ({rows} transitions)")
-        args = ({k: reads[k] for k in group}, store_uri, config, previous, reads, str(work), cid, beam_args)
+        args = ({k: reads[k] for k in group}, store_uri, cfg, previous, reads, str(work), cid, beam_args)
         read_so_far, written = _pass_counters(work, {k: pieces[k].rows for k in group})
         with watch(f"curate pass {g + 1}/{len(groups)}", rows, read_so_far, unit="transitions", info=written):
             counts = run_pass(*args) if len(groups) == 1 else _in_own_process(run_pass, *args)
@@ -324,7 +331,7 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     report.marked_duplicate_steps = tally.repeats
     report.by_stage, report.by_reason, report.by_domain = dict(tally.stage), dict(tally.reason), tally.domain
     report.flags, report.scrubbed, report.cluster_sizes = dict(tally.flags), dict(tally.scrubbed), tally.cluster_sizes()
-    marker = json.dumps({"inputs": [item[0] for item in inputs]}, indent=1).encode()
+    marker = json.dumps({"inputs": [item.path for item in inputs]}, indent=1).encode()
     sfs.write_bytes_atomic(sfs.join("curated", "_index", f"{cid}.json"), marker)
     shutil.rmtree(work)
     report.seconds["finalise"] = time.monotonic() - t1

@@ -54,7 +54,7 @@ def test_volatile_masking_makes_two_runs_of_date_ls_equal():
     a, b = date_ls("Sun Nov 29 10:00:01 UTC 2026", "123"), date_ls("Mon Dec  1 23:59:59 UTC 2026", "98765")
     assert a.next_state.text != b.next_state.text
     assert transition_key(a) == transition_key(b)
-    assert trajectory_key([a]) == trajectory_key([b])
+    assert trajectory_key([transition_key(a)]) == trajectory_key([transition_key(b)])
     assert transition_key(a) != transition_key(date_ls("x", "1").__class__.create(
         **{**{f: getattr(a, f) for f in ("trajectory_id", "step", "domain", "env_id", "task_id", "state", "provenance")},
            "action": a.action, "next_state": Observation.make("different\n", "terminal")}))  # fmt: skip
@@ -248,3 +248,51 @@ def test_only_rows_with_a_secret_literal_are_scrubbed():
     kinds = Scrub().kinds
     assert secret_rows(batch, kinds) == [False, True, True]
     assert secret_rows(batch, ["aws_key"]) == [False, False, False]
+
+
+def test_an_order_sorts_as_its_index_text_and_reads_back():
+    from pipelines.curate.records import Order
+
+    orders = [
+        Order(1, "2026-01-01T00:00:00+00:00", "b"),
+        Order(1, "2026-01-01T00:00:00.500000+00:00", "a"),
+        Order(0, "2026-02-01T00:00:00+00:00", "z"),
+        Order(1, "2026-01-01T00:00:00+00:00", "a|x"),
+    ]
+    assert sorted(orders) == sorted(orders, key=Order.text)
+    assert [Order.parse(o.text()) for o in orders] == orders
+
+
+def test_the_curation_tally_merges_its_json_parts():
+    from pipelines.curate.output import CurationTally
+
+    parts = []
+    for n, tree in enumerate(("curated", "rejected")):
+        part = CurationTally(transitions_in=1)
+        row = {
+            "domain": "terminal",
+            "duplicate_of": None,
+            "stage": "quality",
+            "reason": "state_loop",
+            "flags": ["exclude:non_text"],
+            "cluster": "c",
+            "trajectory_id": f"t{n}",
+        }
+        part.add(tree, [row])
+        parts.append(json.loads(json.dumps(part.to_json())))
+    total = CurationTally()
+    for part in parts:
+        total.merge(part)
+    assert total.to_json() == {
+        "transitions_in": 2,
+        "kept": 1,
+        "rejected": 1,
+        "repeats": 0,
+        "stage": {"quality": 1},
+        "reason": {"state_loop": 1},
+        "flags": {"non_text": 2},
+        "scrubbed": {},
+        "domain": {"terminal": {"kept": 1, "rejected": 1}},
+        "cluster_trajs": [("c", "t0"), ("c", "t1")],
+    }
+    assert total.cluster_sizes() == {"2": 1}

@@ -39,12 +39,12 @@ def test_beam_wiring_decides_every_transition_once_and_finds_the_planted_duplica
 
     summary = synth_store(tmp_path / "s")
     paths = [s.path for s in Store(tmp_path / "s").shards()]
-    cfg = CurationConfig().model_dump(mode="json")
+    cfg = CurationConfig()
 
     def check(decisions):
-        ids = [d["tid"] for d in decisions]
+        ids = [d.transition_id for d in decisions]
         assert len(ids) == len(set(ids)) == summary.transitions
-        rejected = {d["traj"]: d["stage"] for d in decisions if d["status"] == "rejected"}
+        rejected = {d.trajectory: d.stage for d in decisions if d.status == "rejected"}
         stages = sorted(rejected.values())
         assert stages.count("exact_dedup") == summary.exact_duplicate_trajectories
         assert stages.count("near_dedup") == summary.near_duplicate_trajectories
