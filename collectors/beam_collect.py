@@ -33,7 +33,7 @@ from collectors.jobs import JobConfig
 from collectors.runner import ledger_entry, run_episode
 from pipelines.beam_options import beam_args_for, check_beam_options
 from pipelines.progress import watch
-from pipelines.store import Store, StoreWriter, publish_tree
+from pipelines.store import Layout, Store, StoreWriter, publish_tree
 from pipelines.store.manifest import RunManifest
 from schemas.errors import ConfigError, TrajforgeError
 
@@ -101,7 +101,7 @@ def collect_unit(unit: Unit, store: Store | str, retries: int) -> dict[str, Any]
         _fault("staged")
         won = False
         if done:
-            staged = os.path.join(stage, "raw", unit.domain, unit.run_id)  # the writer's own layout, in the stage
+            staged = Layout(stage).run_dir("raw", unit.domain, unit.run_id)  # the stage is a store of its own
             won = publish_tree(sfs, staged, layout.run_dir("raw", unit.domain, unit.run_id))
         _fault("committed")
     finally:

@@ -58,6 +58,9 @@ PARTIAL_SUFFIX = ".partial"
 TREES = ("raw", "curated", "rejected")  # the trees of run folders (shards and run manifests)
 RUN_FIRST = frozenset({"curated", "rejected"})
 INDEX = "_index"
+ATTRIBUTES = "attributes.parquet"  # of a curation tree: one row per transition, why it is there
+LEDGER = "ledger.jsonl"  # a job's appended ledger
+LEDGERS = "ledger"  # a job's folder of one-object-per-run ledgers
 _PART = re.compile(r"part-(\d{5,})\.arrow")
 
 
@@ -107,7 +110,7 @@ class Layout:
         return self.join(tree, cid)
 
     def curation_attributes(self, cid: str, tree: str = "curated") -> str:
-        return self.join(tree, cid, "attributes.parquet")
+        return self.join(tree, cid, ATTRIBUTES)
 
     def curation_report(self, cid: str) -> str:
         return self.join("curated", cid, "report.json")
@@ -132,11 +135,11 @@ class Layout:
     def job_ledger(self, job_id: str, run_id: str | None = None) -> str:
         """The job's appended ledger, or the one object of run ``run_id``'s lines."""
         if run_id is None:
-            return self.join("jobs", job_id, "ledger.jsonl")
-        return self.join("jobs", job_id, "ledger", f"{run_id}.jsonl")
+            return self.join("jobs", job_id, LEDGER)
+        return self.join("jobs", job_id, LEDGERS, f"{run_id}.jsonl")
 
     def job_ledger_dir(self, job_id: str) -> str:
-        return self.join("jobs", job_id, "ledger")
+        return self.join("jobs", job_id, LEDGERS)
 
     def job_runs_dir(self, job_id: str) -> str:
         return self.join("jobs", job_id, "runs")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from pipelines.store.fs import StoreFS
-from pipelines.store.layout import Layout, is_part_name, run_dirs
+from pipelines.store.layout import ATTRIBUTES, Layout, is_part_name, run_dirs
 from pipelines.store.manifest import RunManifest, ShardEntry
 from pipelines.store.shards import read_columns, read_shard, verify_shard
 from pipelines.store.verified import Stamp, VerifiedCache
@@ -255,11 +255,11 @@ class Store:
         import pyarrow.parquet as pq
 
         found = []
-        for folder in self.sfs.listdir(self.sfs.join(tree)):
+        for folder in self.sfs.listdir(self.layout.tree(tree)):
             if folder.type.name != "Directory" or folder.base_name.startswith(("_", ".")):
                 continue
             try:
-                path = self.sfs.confine(folder.path, "attributes.parquet")
+                path = self.sfs.confine(folder.path, ATTRIBUTES)
                 info = self.sfs.info(path)
                 if info.type.name == "NotFound":
                     continue

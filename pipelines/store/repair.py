@@ -180,7 +180,7 @@ def repair(path: str | StoreFS, *, run_prefix: str | None = None) -> list[Repair
     or one run folder; refuses runs in use. Refused manifests are rebuilt (see above)."""
     sfs = path if isinstance(path, StoreFS) else StoreFS.open(path)
     outside: list[str] = []  # run folders leading out of the store: reported, not repaired
-    if sfs.is_dir(sfs.join("raw")):
+    if sfs.is_dir(Layout(sfs.root).tree("raw")):
         targets = [(kind, d, r, p) for kind in TREES for d, r, p in run_dirs(sfs, kind, on_outside=outside.append)]
     elif sfs.is_dir(sfs.root) and any(i.base_name == MANIFEST or i.base_name.startswith("part-") for i in sfs.listdir(sfs.root)):
         parent = posixpath.dirname(sfs.root)
