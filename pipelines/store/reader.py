@@ -28,8 +28,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -141,7 +142,7 @@ class Store:
         """Whether the store's root folder is there (a new store is made by its first write)."""
         return self.sfs.is_dir(self.sfs.root)
 
-    def lock(self, path: str):
+    def lock(self, path: str) -> AbstractContextManager[None]:
         """Hold the exclusive lock ``path`` of this store (a ``layout`` path), or refuse at once."""
         return self.sfs.lock(path)
 
@@ -290,9 +291,9 @@ class Store:
             if domain is not None and shard.run.domain != domain:
                 continue
             if shard.entry.schema_version == current_version():
-                parts: list[pa.Table | pa.RecordBatch] = [read_columns(self.sfs, shard.path, columns)]
-            else:  # older shards: their columns lifted to the current schema
-                parts = list(read_shard(self.sfs, shard.path))
+                parts: Iterable[pa.Table | pa.RecordBatch] = [read_columns(self.sfs, shard.path, columns)]
+            else:  # older shards: their batches lifted to the current schema
+                parts = read_shard(self.sfs, shard.path)
             for part in parts:
                 tids = part.column("trajectory_id")
                 if job_id is not None:
