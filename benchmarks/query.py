@@ -65,7 +65,7 @@ def build(work: Path, n: int) -> tuple[Path, Path, float]:
     with StoreWriter(str(store), "bench") as w:
         for chunk in chunks(n, seed=0):
             w.write_many(chunk)
-    batches = Store(store).iter_batches()
+    batches = Store.open(str(store)).iter_batches()
     first = next(batches)
     with pq.ParquetWriter(parquet, first.schema, compression="zstd") as pw:
         pw.write_batch(first)
@@ -84,7 +84,7 @@ def last_commit_query():
 def query_variants(store: Path, parquet: Path) -> dict[str, Callable[[], object]]:
     old = last_commit_query()
     open_con = connect(str(store), views=["transitions"])
-    paths = [s.path for s in Store(store).readable_shards("raw")]
+    paths = [s.path for s in Store.open(str(store)).readable_shards("raw")]
     on_disk = pads.dataset(paths, format="ipc")
     direct = duckdb.connect()
     direct.register("shards", on_disk)
@@ -110,7 +110,7 @@ def load_module(name: str, source: str) -> types.ModuleType:
 
 def startup_variants(demo: str) -> dict[str, Callable[[], object]]:
     old = last_commit_query()
-    quiet = Store(demo, on_warning=lambda m: None)
+    quiet = Store.open(demo, on_warning=lambda m: None)
     every = " UNION ALL ".join(f"SELECT count(*) FROM (SELECT * FROM {v} LIMIT 0)" for v in connect_views(quiet))
     return {
         "SELECT 1, last commit (every view built)": lambda: old.run_query("SELECT 1", quiet),
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         store, parquet, verify = build(work, args.transitions)
     built = time.perf_counter() - t0
-    size = sum(r.manifest.bytes for r in Store(store).runs())
+    size = sum(r.manifest.bytes for r in Store.open(str(store)).runs())
     theirs = sorted(duckdb.connect().sql(QUERY.replace("transitions", f"read_parquet('{parquet}')")).fetchall())
     ours = sorted(tuple(r.values()) for r in run_query(QUERY, str(store)).to_pylist())
     assert [r[:2] for r in ours] == [r[:2] for r in theirs], (ours, theirs)

@@ -170,17 +170,18 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  wrote {done}", file=sys.stderr, flush=True)
         t1 = time.perf_counter()
     t_arrow += time.perf_counter() - t1  # the final flush and close
-    arrow_bytes = sum(r.manifest.bytes for r in Store(store).runs())
+    handle = Store.open(str(store))  # opened once the writes are done, read through below
+    arrow_bytes = sum(r.manifest.bytes for r in handle.runs())
     zst_bytes = jsonl_zst.stat().st_size
 
     # reads
     t0 = time.perf_counter()
-    rows = sum(b.num_rows for b in Store(store).iter_batches())
+    rows = sum(b.num_rows for b in handle.iter_batches())
     t_read_arrow = time.perf_counter() - t0
     assert rows == n, (rows, n)
     t0 = time.perf_counter()
     objs = 0
-    for b in Store(store).iter_batches():
+    for b in handle.iter_batches():
         objs += sum(1 for _ in from_record_batch(b))
         if objs >= 100_000:
             break
@@ -196,8 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     assert jrows == n
 
     # query: trajforge query (DuckDB over the shard store) vs DuckDB over native Parquet
-    with pq.ParquetWriter(parquet, Store(store).iter_batches().__next__().schema, compression="zstd") as pw:
-        for b in Store(store).iter_batches():
+    with pq.ParquetWriter(parquet, next(handle.iter_batches()).schema, compression="zstd") as pw:
+        for b in handle.iter_batches():
             pw.write_batch(b)
     parquet_bytes = parquet.stat().st_size
     ours = run_query(QUERY + " ORDER BY 1", str(store))

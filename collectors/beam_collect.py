@@ -19,25 +19,22 @@ the job clears. Reruns of the job collect what the store still lacks, like local
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import shutil
 import tempfile
-import time
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from collectors.env import Task
+from collectors.jobrun import EpisodeSpec, JobRun, JobSummary
 from collectors.jobs import JobConfig
-from collectors.runner import EpisodeSpec, JobSummary, done_trajectories, ledger_entry, plan, run_episode, tally
+from collectors.runner import ledger_entry, run_episode
 from pipelines.beam_options import beam_args_for, check_beam_options
 from pipelines.progress import watch
-from pipelines.store import StoreFS, StoreWriter
-from pipelines.store.layout import run_dir
-from pipelines.store.manifest import MANIFEST, RunManifest
+from pipelines.store import Layout, Store, StoreWriter, publish_tree
+from pipelines.store.manifest import RunManifest
 from schemas.errors import ConfigError, TrajforgeError
 
 FAULT_ENV = "TRAJFORGE_BEAM_FAULT"  # tests: "<point>:<marker file>" fails once at staged|committed
@@ -66,16 +63,8 @@ def make_units(specs: list[EpisodeSpec], run_prefix: str, unit_size: int) -> lis
 
 
 # -- one unit, on a worker ---------------------------------------------------------------------
-def committed(sfs: StoreFS, unit: Unit) -> bool:
-    return RunManifest.load(sfs, run_dir(sfs, "raw", unit.domain, unit.run_id)) is not None
-
-
-def _staging_root(sfs: StoreFS, job_id: str) -> str:
-    return sfs.join("jobs", job_id, "staging")
-
-
-def _ledger_path(sfs: StoreFS, job_id: str, run_id: str) -> str:
-    return sfs.join("jobs", job_id, "ledger", f"{run_id}.jsonl")
+def committed(store: Store, unit: Unit) -> bool:
+    return RunManifest.load(store.sfs, store.layout.run_dir("raw", unit.domain, unit.run_id)) is not None
 
 
 def _fault(point: str) -> None:
@@ -88,43 +77,17 @@ def _fault(point: str) -> None:
             raise RuntimeError(f"injected fault at {point}")
 
 
-def _commit_local(staged: str, final: str) -> bool:
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    try:
-        os.rename(staged, final)  # atomic; refused when an earlier attempt's folder is there
-    except OSError as exc:
-        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-            return False
-        raise
-    fd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return True
-
-
-def _commit_remote(sfs: StoreFS, staged: str, final: str, unit: Unit) -> bool:
-    if committed(sfs, unit):
-        return False
-    sfs.makedirs(final)
-    names = sorted(n for n in os.listdir(staged) if n not in (MANIFEST, ".lock"))
-    for name in [*names, MANIFEST]:  # the manifest last: it is what makes the shards visible
-        with open(os.path.join(staged, name), "rb") as src, sfs.fs.open_output_stream(f"{final}/{name}") as dst:
-            shutil.copyfileobj(src, dst, 8 << 20)
-    return True
-
-
-def collect_unit(unit: Unit, store: str, retries: int) -> dict[str, Any]:
+def collect_unit(unit: Unit, store: Store | str, retries: int) -> dict[str, Any]:
     """Run, stage and commit one unit; what happened, as a dict. Safe to call again."""
-    sfs = StoreFS.open(store)
+    store = Store.open(store, must_exist=False)
+    sfs, layout = store.sfs, store.layout
     job_id = unit.specs[0].job_id
-    if committed(sfs, unit):
+    if committed(store, unit):
         return {"unit": unit.run_id, "status": "already committed"}
     results = [run_episode(spec, retries) for spec in unit.specs]
-    if sfs.local:
-        os.makedirs(_staging_root(sfs, job_id), exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=f"{unit.run_id}.", dir=_staging_root(sfs, job_id) if sfs.local else None)
+    if sfs.local:  # staged beside the store: the commit is one rename on the same file system
+        os.makedirs(layout.job_staging(job_id), exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=f"{unit.run_id}.", dir=layout.job_staging(job_id) if sfs.local else None)
     try:
         done = [r for r in results if r.ok and r.transitions]
         if done:
@@ -132,14 +95,14 @@ def collect_unit(unit: Unit, store: str, retries: int) -> dict[str, Any]:
                 for r in done:
                     writer.writer(unit.domain).write_episode(r.transitions)
         lines = "".join(json.dumps(ledger_entry(r)) + "\n" for r in results)
-        ledger = _ledger_path(sfs, job_id, unit.run_id)
-        sfs.makedirs(os.path.dirname(ledger))
+        ledger = layout.job_ledger(job_id, unit.run_id)
+        sfs.makedirs(layout.job_ledger_dir(job_id))
         sfs.write_bytes_atomic(ledger, lines.encode())
         _fault("staged")
         won = False
         if done:
-            staged, final = os.path.join(stage, "raw", unit.domain, unit.run_id), run_dir(sfs, "raw", unit.domain, unit.run_id)
-            won = _commit_local(staged, final) if sfs.local else _commit_remote(sfs, staged, final, unit)
+            staged = Layout(stage).run_dir("raw", unit.domain, unit.run_id)  # the stage is a store of its own
+            won = publish_tree(sfs, staged, layout.run_dir("raw", unit.domain, unit.run_id))
         _fault("committed")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -149,6 +112,7 @@ def collect_unit(unit: Unit, store: str, retries: int) -> dict[str, Any]:
 
 # -- Beam wiring --------------------------------------------------------------------------------
 def _collect_transform(store: str, retries: int):
+    """The Beam step that collects units; ``store`` is the store's URI (workers open it)."""
     import apache_beam as beam
 
     from collectors.runner import _worker_exit
@@ -165,7 +129,7 @@ def _collect_transform(store: str, retries: int):
     return beam.ParDo(CollectUnit())
 
 
-def run_beam_job(job: JobConfig, tasks: list[Task], store: str, *, runner: str, beam_args: list[str] | None = None,
+def run_beam_job(job: JobConfig, tasks: list[Task], store: Store | str, *, runner: str, beam_args: list[str] | None = None,
                  unit_size: int = 4, log=None, units_hook=None) -> JobSummary:  # fmt: skip
     """Run the job's episodes not yet in the store as a Beam pipeline of units."""
     options = check_beam_options(beam_args_for(runner, list(beam_args or []), job.workers))
@@ -174,22 +138,15 @@ def run_beam_job(job: JobConfig, tasks: list[Task], store: str, *, runner: str, 
     from sandboxes.gc import gc
 
     log = log or (lambda m: None)
-    sfs = StoreFS.open(store)
-    job_dir = sfs.join("jobs", job.job_id)
-    sfs.makedirs(job_dir)
-    run_id = f"{job.job_id}-beam-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
-    summary = JobSummary(job.job_id, run_id)
-    t0 = time.monotonic()
-    with sfs.lock(f"{job_dir}/.lock"):
-        if sfs.local:  # attempts of killed earlier runs; no live run of this job exists (the lock)
-            shutil.rmtree(_staging_root(sfs, job.job_id), ignore_errors=True)
+    run = JobRun(job, tasks, store, label="beam")
+    store = run.store
+    with run:
+        if store.sfs.local:  # attempts of killed earlier runs; no live run of this job exists (the lock)
+            shutil.rmtree(store.layout.job_staging(job.job_id), ignore_errors=True)
         gc()
-        specs = plan(job, tasks, run_id)
-        done = done_trajectories(store, job.job_id)
-        todo = [s for s in specs if s.trajectory_id not in done]
-        units = make_units(todo, run_id, unit_size)
-        summary.planned, summary.already_done = len(specs), len(specs) - len(todo)
-        log(f"job {job.job_id}: {len(specs)} episodes planned, {summary.already_done} already done, "
+        todo = run.todo()
+        units = make_units(todo, run.run_id, unit_size)
+        log(f"job {job.job_id}: {run.summary.planned} episodes planned, {run.summary.already_done} already done, "
             f"{len(todo)} to run in {len(units)} Beam units on {runner}")  # fmt: skip
         if units:
             elements = units_hook(units) if units_hook else units  # tests: duplicate elements
@@ -198,38 +155,25 @@ def run_beam_job(job: JobConfig, tasks: list[Task], store: str, *, runner: str, 
                 p
                 | "Units" >> beam.Create(elements)
                 | "Spread" >> beam.Reshuffle()
-                | "Collect" >> _collect_transform(store, job.retries)
+                | "Collect" >> _collect_transform(store.uri, job.retries)
             )
             try:
-                with watch(f"collect {job.job_id}", len(units), _committed_units(sfs, job.job_id, units), unit="units"):
+                with watch(f"collect {job.job_id}", len(units), _committed_units(store, job.job_id, units), unit="units"):
                     p.run().wait_until_finish()
             except Exception as exc:  # committed units stay; a rerun collects the rest
                 last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
                 raise TrajforgeError(f"job {job.job_id}: Beam pipeline on {runner} failed: {last[:300]}") from exc
-        _tally(sfs, job.job_id, units, summary)
-        summary.seconds = time.monotonic() - t0
-        sfs.makedirs(sfs.join("jobs", job.job_id, "runs"))
-        sfs.write_bytes_atomic(
-            sfs.join("jobs", job.job_id, "runs", f"{run_id}.json"), json.dumps(asdict(summary), indent=1).encode()
-        )
-    return summary
+        for unit in units:  # the summary from the units' ledgers (written by whichever worker ran each unit)
+            run.count_ledger(unit.run_id)
+    return run.summary
 
 
-def _committed_units(sfs: StoreFS, job_id: str, units: list[Unit]):
+def _committed_units(store: Store, job_id: str, units: list[Unit]):
     """For the driver's progress: how many of the units have their ledger (written by the
     worker that ran the unit, just before its commit)."""
     names = {f"{u.run_id}.jsonl" for u in units}
-    folder = os.path.dirname(_ledger_path(sfs, job_id, units[0].run_id))
-    return lambda: sum(i.base_name in names for i in sfs.listdir(folder))
-
-
-def _tally(sfs: StoreFS, job_id: str, units: list[Unit], summary: JobSummary) -> None:
-    """The summary from the units' ledgers (written by whichever worker ran each unit)."""
-    for unit in units:
-        path = _ledger_path(sfs, job_id, unit.run_id)
-        if sfs.exists(path):
-            for line in sfs.read_bytes(path).decode().splitlines():
-                tally(json.loads(line), summary)
+    folder = store.layout.job_ledger_dir(job_id)
+    return lambda: sum(i.base_name in names for i in store.sfs.listdir(folder))
 
 
 __all__ = ["Unit", "collect_unit", "make_units", "run_beam_job"]

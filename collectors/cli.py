@@ -22,12 +22,12 @@ def synth(
 ) -> None:
     """Write realistic synthetic transitions for all seven domains into a new run."""
     from collectors.synth import synth_store
-    from pipelines.cli_inputs import store_target
+    from pipelines.cli_inputs import open_store
     from pipelines.progress import progress
 
-    store = store_target(store, "STORE")
+    handle = open_store(store, "STORE", create=True)
     with progress("synth", transitions) as update:
-        summary = synth_store(store, transitions=transitions, seed=seed, duplicates=duplicates, run_id=run_id, progress=update)
+        summary = synth_store(handle, transitions=transitions, seed=seed, duplicates=duplicates, run_id=run_id, progress=update)
     typer.echo(
         f"wrote {summary.transitions} transitions in {summary.trajectories} trajectories to run {summary.run_id} "
         f"({summary.exact_duplicate_trajectories} exact and {summary.near_duplicate_trajectories} near duplicate"
@@ -54,15 +54,16 @@ def collect(
     episode's key): N shards run by any batch scheduler collect the whole job, none twice.
     With --runner R, the episodes run as elements of a Beam pipeline; options after it go to
     Beam (--runner DataflowRunner --project=... --sdk_container_image=...)."""
+    from collectors.jobrun import plan
     from collectors.jobs import load_job
-    from collectors.runner import plan, run_job
-    from pipelines.cli_inputs import store_target
+    from collectors.runner import run_job
+    from pipelines.cli_inputs import open_store
     from pipelines.progress import progress, quiet, say
     from schemas.errors import ConfigError
 
     if ctx.args and runner is None:
         raise ConfigError(f"unexpected arguments {' '.join(ctx.args)} (Beam options need --runner)")
-    store = store_target(store)
+    handle = open_store(store, create=True)
     job, tasks = load_job(job_file)
     if runner is not None:
         if num_shards != 1:
@@ -70,7 +71,7 @@ def collect(
         from collectors.beam_collect import run_beam_job
 
         with quiet(not verbose):
-            summary = run_beam_job(job, tasks, store, runner=runner, beam_args=list(ctx.args), unit_size=unit_size, log=say)
+            summary = run_beam_job(job, tasks, handle, runner=runner, beam_args=list(ctx.args), unit_size=unit_size, log=say)
         _report(summary)
         return
     if not 0 <= shard < num_shards:
@@ -83,7 +84,7 @@ def collect(
             rate = s.transitions / max(time.monotonic() - started, 1e-9)
             bar(s.already_done + s.collected + s.failed, f"{s.transitions} transitions, {rate:.1f} steps/s, {s.failed} failed")
 
-        summary = run_job(job, tasks, store, progress=update, shard=(shard, num_shards), log=say)
+        summary = run_job(job, tasks, handle, progress=update, shard=(shard, num_shards), log=say)
     _report(summary)
 
 

@@ -17,48 +17,27 @@ overlapping runs of one job (cron, systemd timers) from both collecting.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from collectors.env import Task
+from collectors.jobrun import EpisodeSpec, JobRun, JobSummary, episode_seed, plan, shard_of, tally
 from collectors.jobs import JobConfig
 from collectors.policies import make_policy
 from collectors.registry import env_class, make_env
 from collectors.wrappers import Recorder, StepLimit, TimeLimit
 from pipelines.store import Store, StoreWriter
-from pipelines.store.fs import StoreFS
-from pipelines.store.ledger import Ledger
 from schemas.errors import TrajforgeError
 from schemas.transition import Provenance, Transition
 
 COLLECTOR = "trajforge.collectors"
 COLLECTOR_VERSION = "1"
-
-
-@dataclass(frozen=True)
-class EpisodeSpec:
-    job_id: str
-    run_id: str
-    task: Task
-    index: int
-    seed: int
-    job: dict[str, Any]
-
-    @property
-    def key(self) -> str:
-        return f"{self.task.id}#{self.index}"
-
-    @property
-    def trajectory_id(self) -> str:
-        return f"{self.job_id}:{self.task.id}:{self.index}"
 
 
 @dataclass
@@ -73,10 +52,6 @@ class EpisodeResult:
     retried_after: list[str] = field(default_factory=list)  # why earlier attempts failed (a hang, a dead server)
     reset_ms: float = 0.0
     seconds: float = 0.0
-
-
-def episode_seed(job_seed: int, key: str) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{job_seed}:{key}".encode(), digest_size=8).digest(), "big") >> 1
 
 
 # -- worker side --------------------------------------------------------------------------------
@@ -170,97 +145,34 @@ def _worker_exit() -> None:
 
 
 # -- parent side --------------------------------------------------------------------------------
-@dataclass
-class JobSummary:
-    job_id: str
-    run_id: str
-    planned: int = 0
-    already_done: int = 0
-    collected: int = 0
-    failed: int = 0
-    transitions: int = 0
-    retried: int = 0
-    seconds: float = 0.0
-    failures: dict[str, str] = field(default_factory=dict)
-
-    def line(self) -> str:
-        return (
-            f"job {self.job_id} run {self.run_id}: {self.collected} episodes collected ({self.transitions} transitions), "
-            f"{self.already_done} already done, {self.failed} failed, {self.retried} retried, {self.seconds:.1f} s"
-        )
-
-
-def done_trajectories(store: str, job_id: str) -> set[str]:
-    """Trajectory ids of this job already in the store's finished shards."""
-    sfs = StoreFS.open(store)
-    if not sfs.is_dir(sfs.root):
-        return set()
-    from pipelines.query import connect
-
-    con = connect(Store(store), release_stages=())
-    rows = con.execute("SELECT DISTINCT trajectory_id FROM transitions WHERE provenance.job_id = ?", [job_id]).fetchall()
-    return {r[0] for r in rows}
-
-
-def shard_of(key: str, num_shards: int) -> int:
-    """Which of ``num_shards`` shards an episode belongs to: a hash of its key, so the split
-    does not depend on the order of tasks or on which shards run, and never changes."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") % num_shards
-
-
-def plan(job: JobConfig, tasks: list[Task], run_id: str, shard: tuple[int, int] = (0, 1)) -> list[EpisodeSpec]:
-    """The job's episodes, or shard ``I`` of ``N`` of them (``shard=(I, N)``)."""
-    specs = []
-    job_dict = job.model_dump()
-    index, count = shard
-    for task in sorted(tasks, key=lambda t: t.id):
-        for i in range(job.episodes_per_task):
-            key = f"{task.id}#{i}"
-            if count == 1 or shard_of(key, count) == index:
-                specs.append(EpisodeSpec(job.job_id, run_id, task, i, episode_seed(job.seed + task.seed, key), job_dict))
-    return specs
-
-
-def run_job(job: JobConfig, tasks: list[Task], store: str, *, progress=None, log=None,
-            shard: tuple[int, int] = (0, 1)) -> JobSummary:  # fmt: skip
+def run_job(
+    job: JobConfig, tasks: list[Task], store: Store | str, *, progress=None, log=None, shard: tuple[int, int] = (0, 1)
+) -> JobSummary:
     """Run the job's episodes not yet in the store, or those of shard ``(I, N)`` only: shards
     run anywhere at once (a Kubernetes Indexed Job, a Slurm array), each with its own lock
     and runs, and together collect exactly the episodes of the whole job."""
-    index, count = shard
-    if not (count >= 1 and 0 <= index < count):
-        from schemas.errors import ConfigError
-
-        raise ConfigError(f"--shard {index} --num-shards {count}: need 0 <= shard < num-shards")
-    sfs = StoreFS.open(store)
-    job_dir = sfs.join("jobs", job.job_id)
-    sfs.makedirs(job_dir)
-    part = f"{job.job_id}-s{index}of{count}" if count > 1 else job.job_id
-    run_id = f"{part}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
-    summary = JobSummary(job.job_id, run_id)
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    t0 = time.monotonic()
-    with sfs.lock(f"{job_dir}/.lock" + (f"-s{index}of{count}" if count > 1 else "")):
+    run = JobRun(job, tasks, store, shard=shard)
+    with run:
         from pipelines.store.repair import repair
         from sandboxes.gc import gc
 
-        if sfs.is_dir(sfs.join("raw")):  # a killed earlier run of this shard may have left unfinished shards
-            repair(store, run_prefix=f"{part}-")
+        # a killed earlier run of this shard may have left unfinished shards
+        if run.store.sfs.is_dir(run.store.layout.tree("raw")):
+            repair(run.store.sfs, run_prefix=f"{run.part}-")
         gc()  # sandboxes that dead runs left behind (live ones, other shards' included, are kept)
-        specs = plan(job, tasks, run_id, shard)
-        done = done_trajectories(store, job.job_id)
-        todo = [s for s in specs if s.trajectory_id not in done]
-        summary.planned, summary.already_done = len(specs), len(specs) - len(todo)
+        todo = run.todo()
+        summary = run.summary
+        index, count = shard
         which = f" (shard {index} of {count})" if count > 1 else ""
-        log(f"job {job.job_id}{which}: {len(specs)} episodes planned, {summary.already_done} already done, {len(todo)} to run")
-        with Ledger(sfs, job_dir, run_id) as ledger, StoreWriter(sfs, run_id) as writer:
+        log(f"job {job.job_id}{which}: {summary.planned} episodes planned, {summary.already_done} already done, "
+            f"{len(todo)} to run")
+        with run.ledger() as ledger, StoreWriter(run.store, run.run_id) as writer:
             for result in _results(job, todo):
                 _record(result, writer, ledger, summary)
                 if progress:
                     progress(summary)
-        summary.seconds = time.monotonic() - t0
-        sfs.makedirs(f"{job_dir}/runs")
-        sfs.write_bytes_atomic(f"{job_dir}/runs/{run_id}.json", json.dumps(asdict(summary), indent=1).encode())
-    return summary
+    return run.summary
 
 
 def _results(job: JobConfig, todo: list[EpisodeSpec]):
@@ -303,23 +215,24 @@ def ledger_entry(result: EpisodeResult) -> dict[str, Any]:
     return entry
 
 
-def tally(entry: dict[str, Any], summary: JobSummary) -> None:
-    """Count a ledger line into a run's summary."""
-    summary.retried += entry["attempts"] > 1
-    if entry["status"] == "done":
-        summary.collected += 1
-        summary.transitions += entry["steps"]
-    else:
-        summary.failed += 1
-        summary.failures[entry["episode"]] = entry["reason"]
-
-
 def _record(result: EpisodeResult, writer: StoreWriter, ledger, summary: JobSummary) -> None:
     entry = ledger_entry(result)
     if entry["status"] == "done":
         writer.writer(result.domain).write_episode(result.transitions)
-    tally(entry, summary)
+    summary.count(entry)
     ledger.write(entry)
 
 
-__all__ = ["EpisodeResult", "EpisodeSpec", "JobSummary", "plan", "run_episode", "run_job"]
+# EpisodeSpec, JobSummary, plan, episode_seed, shard_of and tally live in collectors.jobrun (imported from here too).
+__all__ = [
+    "EpisodeResult",
+    "EpisodeSpec",
+    "JobSummary",
+    "episode_seed",
+    "ledger_entry",
+    "plan",
+    "run_episode",
+    "run_job",
+    "shard_of",
+    "tally",
+]

@@ -18,9 +18,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from schemas.errors import StoreError
 from schemas.transition import DOMAINS, Action, Observation, Provenance, Transition, VolatileSpan
+
+if TYPE_CHECKING:
+    from pipelines.store import Store
 
 COLLECTOR = "synth"
 COLLECTOR_VERSION = "1"
@@ -488,7 +492,7 @@ def _perturb(r: random.Random, obs: Observation) -> Observation:
 
 
 def synth_store(
-    store: str,
+    store: Store | str,
     *,
     transitions: int,
     seed: int = 0,
@@ -497,23 +501,17 @@ def synth_store(
     progress: Callable[[int], None] | None = None,
     **options,
 ) -> SynthSummary:
-    """Write ``transitions`` synthetic transitions into a new run of ``store``."""
+    """Write ``transitions`` synthetic transitions into a new run of ``store`` (a handle or a path)."""
     from pipelines.store import Store, StoreWriter
 
+    store = Store.open(store, must_exist=False)
     gen = Synthesizer(seed, run_id=run_id, duplicates=duplicates, **options)
-    existing = [r for r in Store(store, must_exist=False).runs() if r.run_id == gen.run_id] if _exists(store) else []
+    existing = [r for r in store.runs() if r.run_id == gen.run_id] if store.exists() else []
     if existing:
-        raise StoreError(f"{store}: run {gen.run_id!r} already exists; pick another --seed or --run-id")
+        raise StoreError(f"{store.uri}: run {gen.run_id!r} already exists; pick another --seed or --run-id")
     with StoreWriter(store, gen.run_id) as writer:
         for i, t in enumerate(gen.transitions(transitions), 1):
             writer.write(t)
             if progress and i % 1000 == 0:
                 progress(i)
     return gen.summary
-
-
-def _exists(store: str) -> bool:
-    from pipelines.store import StoreFS
-
-    sfs = StoreFS.open(store)
-    return sfs.is_dir(sfs.root)

@@ -45,8 +45,10 @@ def query(
     if sql is None:
         raise typer.BadParameter("give a SQL query, or --schema to list the views", param_hint="SQL")
     from pipelines.query import execute, write_result
+    from pipelines.store import Store
 
-    n = write_result(execute(sql, store, timeout=timeout, memory=memory), "records" if vertical else format, out, limit=limit)
+    result = execute(sql, Store.open(store), timeout=timeout, memory=memory)
+    n = write_result(result, "records" if vertical else format, out, limit=limit)
     if out:
         typer.echo(f"wrote {n} rows to {out}", err=True)
 
@@ -56,10 +58,10 @@ def views(store: StoreOpt, as_json: Annotated[bool, typer.Option("--json", help=
     """List the views `trajforge query` reads, with a line on each and its columns."""
     from dataclasses import asdict
 
-    from pipelines.cli_inputs import existing_store
+    from pipelines.cli_inputs import open_store
     from pipelines.query import describe_views, format_views
 
-    listed = describe_views(existing_store(store))
+    listed = describe_views(open_store(store))
     typer.echo(json.dumps([asdict(v) for v in listed], indent=1) if as_json else format_views(listed), nl=as_json)
 
 
@@ -68,10 +70,10 @@ def stats(store: StoreOpt, as_json: Annotated[bool, typer.Option("--json", help=
     """Counts per domain, run and day, bytes, and the failed-step ratio."""
     from dataclasses import asdict
 
-    from pipelines.cli_inputs import existing_store
+    from pipelines.cli_inputs import open_store
     from pipelines.stats import human_bytes, store_stats
 
-    s = store_stats(existing_store(store))
+    s = store_stats(open_store(store))
     if as_json:
         typer.echo(json.dumps({**asdict(s), "failed_ratio": s.failed_ratio}, indent=1))
         return
@@ -144,7 +146,7 @@ def curate(
     from pipelines.progress import quiet, say
 
     cfg = load_curation(config)
-    store = existing_store(store)
+    store = existing_store(store)  # curate() still takes the store's path
     beam_args = checked_beam_args(list(ctx.args))
     with quiet(not verbose):
         from pipelines.curate.run import curate as run

@@ -1,7 +1,8 @@
 """Checks of command-line inputs that several commands share, run before any work starts.
 
-    store = existing_store(store)   # --store of a command that reads: it must be there
-    store = store_target(store)     # --store of a command that writes: made if missing
+    store = open_store(store)                 # the handle of --store, which a command reads: it must be there
+    store = open_store(store, create=True)    # --store of a command that writes: made if missing
+    uri = existing_store(uri)                 # the same checks, for callees that still take a path
 
 A read command given a store that does not exist would otherwise answer "nothing" (exit
 0) or fail later with a library's error; here it is one ``ConfigError`` line naming the
@@ -11,8 +12,23 @@ option and the value, and the CLI exits 2.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from schemas.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pipelines.store import Store
+
+
+def open_store(uri: str, option: str = "--store", *, create: bool = False) -> Store:
+    """The store handle of a command-line store: opened once here, at the edge, and passed
+    down. The store must exist (``existing_store``), or with ``create`` be a place where one
+    can be written (``store_target``)."""
+    from pipelines.store import Store
+
+    if create:
+        return Store.open(store_target(uri, option), must_exist=False)
+    return Store.open(existing_store(uri, option))
 
 
 def existing_store(uri: str, option: str = "--store") -> str:

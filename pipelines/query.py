@@ -106,7 +106,7 @@ def connect(
     (default: all); only their trees are listed, verified and opened. ``release_stages``:
     the ``release_<stage>`` views to make (their files are hashed first).
     """
-    store = store if isinstance(store, Store) else Store(store)
+    store = Store.open(store)
     con = _open(memory or default_memory(), threads)
     try:
         wanted = set(VIEWS if views is None else views)
@@ -323,7 +323,7 @@ def execute(
     if not timeout > 0:
         raise QueryError(f"--timeout {timeout}: expected a number of seconds above 0")
     memory = memory or default_memory()
-    store = store if isinstance(store, Store) else Store(store)
+    store = Store.open(store)
     con = _open(memory, threads)
     deadline: _Deadline | None = None
     try:

@@ -45,7 +45,7 @@ def human_bytes(n: int) -> str:
 
 
 def store_stats(store: str | Store) -> StoreStats:
-    store = store if isinstance(store, Store) else Store(store)
+    store = Store.open(store)
     con = connect(store, views=("transitions",))  # counts transitions: no curation or release is opened
     stats = StoreStats()
     stats.by_domain = [

@@ -86,9 +86,10 @@ def diff(
 def list_(store: StoreOpt) -> None:
     """The releases of a store; a release whose manifest is refused is named on stderr (exit 2)."""
     from pipelines.release.inspect import list_releases
+    from pipelines.store import Store
 
     skipped: list[str] = []
-    releases = list_releases(store, on_skip=skipped.append)
+    releases = list_releases(Store.open(store), on_skip=skipped.append)  # StoreError when there is no such store
     for r in releases:
         typer.echo(f"{r['name']} {r['version']}: {r['samples']:,} samples, {r['tokens']:,} tokens in {r['files']} files "
                    f"(curations {r['curations']}, config {r['config_hash']})")  # fmt: skip
@@ -152,14 +153,13 @@ def tokenizer_train(
     """Train a byte-level BPE tokenizer on a store's texts (no download needed)."""
     from itertools import islice
 
-    from pipelines.cli_inputs import existing_store
+    from pipelines.cli_inputs import open_store
     from pipelines.release.tokens import train_tokenizer
-    from pipelines.store import Store
 
-    store = existing_store(store)
+    handle = open_store(store)
 
     def texts():
-        for t in islice(Store(store).iter_transitions(tree), limit):
+        for t in islice(handle.iter_transitions(tree), limit):
             yield t.action.canonical
             yield t.next_state.text
 

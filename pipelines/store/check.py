@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from pipelines.store.fs import StoreFS
-from pipelines.store.layout import is_part_name, run_dirs
-from pipelines.store.manifest import MANIFEST, RunManifest, ShardEntry
-from pipelines.store.shards import PARTIAL_SUFFIX, verify_shard
+from pipelines.store.layout import MANIFEST, PARTIAL_SUFFIX, TREES, is_part_name, run_dirs
+from pipelines.store.manifest import RunManifest, ShardEntry
+from pipelines.store.shards import verify_shard
 from schemas.arrow import from_shard
 from schemas.errors import ShardError, StoreError, one_line
 from schemas.validate import batch_problems
 from schemas.versions import migrate, schema_for
 
-TREES = ("raw", "curated", "rejected")  # collection runs and curation outputs share one format
+__all__ = ["TREES", "CheckReport", "check_path", "check_run", "check_shard"]  # TREES: from layout, as before
 
 
 @dataclass

@@ -6,7 +6,7 @@ object store cannot append, so a run's lines are staged in the store's local sta
 one object when the run ends; a run killed before that leaves its staged file, which the
 job's next run on this machine uploads (any file no live process holds)::
 
-    with Ledger(sfs, job_dir, run_id) as ledger:
+    with Ledger(sfs, store.layout.job_dir(job_id), run_id) as ledger:
         ledger.write({"episode": "t#0", "status": "done"})
 """
 
@@ -19,13 +19,14 @@ import os
 from typing import IO, Any
 
 from pipelines.store.fs import StoreFS
+from pipelines.store.layout import LEDGER, LEDGERS
 
 SUFFIX = ".jsonl"
 
 
 def _upload_staged(sfs: StoreFS, job_dir: str, skip: str | None = None) -> None:
     """Upload the staged ledgers of ended runs (their lock is free), then remove them."""
-    folder = sfs.local_path(f"{job_dir}/ledger")
+    folder = sfs.local_path(f"{job_dir}/{LEDGERS}")
     if not os.path.isdir(folder):
         return
     for name in sorted(os.listdir(folder)):
@@ -38,7 +39,7 @@ def _upload_staged(sfs: StoreFS, job_dir: str, skip: str | None = None) -> None:
             except BlockingIOError:
                 continue  # a live run is still writing it
             if os.path.exists(path):
-                sfs.publish(path, f"{job_dir}/ledger/{name}")
+                sfs.publish(path, f"{job_dir}/{LEDGERS}/{name}")
                 os.unlink(path)
 
 
@@ -48,10 +49,10 @@ class Ledger:
     def __init__(self, sfs: StoreFS, job_dir: str, run_id: str) -> None:
         self.sfs, self.job_dir, self.run_id = sfs, job_dir, run_id
         if sfs.local:
-            self.path = f"{job_dir}/ledger.jsonl"
+            self.path = f"{job_dir}/{LEDGER}"
         else:
             _upload_staged(sfs, job_dir)
-            self.path = sfs.local_path(f"{job_dir}/ledger/{run_id}{SUFFIX}")
+            self.path = sfs.local_path(f"{job_dir}/{LEDGERS}/{run_id}{SUFFIX}")
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._file: IO[str] | None = open(self.path, "a")  # noqa: SIM115 (closed in close)
         if not sfs.local:

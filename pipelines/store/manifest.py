@@ -18,15 +18,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipelines.store.fs import StoreFS
-from pipelines.store.shards import is_part_name
+from pipelines.store.layout import LOCK, MANIFEST, Layout, is_part_name
 from schemas.config import validation_message
 from schemas.errors import StoreError
 
-MANIFEST = "manifest.json"
-LOCK = ".lock"
 MANIFEST_FORMAT = "trajforge.run-manifest/1"
 MAX_MANIFEST_BYTES = 64 << 20  # ~200,000 shard entries; a bigger file is not one we wrote
 _COUNT = Field(ge=0, le=2**63 - 1)
+
+__all__ = ["LOCK", "MANIFEST", "MANIFEST_FORMAT", "MAX_MANIFEST_BYTES", "RunManifest", "ShardEntry"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class RunManifest:
             self.updated_at = datetime.now(UTC).isoformat()
         else:  # curation outputs are byte-identical for the same input and config
             self.created_at = self.updated_at = ""
-        sfs.write_bytes_atomic(f"{run_dir}/{MANIFEST}", self.to_json())
+        sfs.write_bytes_atomic(Layout.manifest(run_dir), self.to_json())
 
     @classmethod
     def load(cls, sfs: StoreFS, run_dir: str) -> RunManifest | None:

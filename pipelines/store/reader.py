@@ -1,4 +1,15 @@
-"""Reading a store: the verified shards its manifests list, lifted to the current schema.
+"""The store handle, ``Store``: a store opened once, at the edge, and passed down.
+
+A ``Store`` owns its file system (``store.sfs``, a ``StoreFS``), its layout (``store.layout``:
+every path of every tree, see ``pipelines.store.layout``) and its locks (``store.lock``);
+code below the command line takes the handle, not a path string::
+
+    store = Store.open("s3://bucket/store")      # Store.open(store) returns the same handle
+    store.trajectory_ids(job_id="nightly")       # what a job already collected
+    with store.lock(store.layout.job_lock("nightly")):
+        ...
+
+Reading a store: the verified shards its manifests list, lifted to the current schema.
 
 Readers see only shards listed in a run manifest, so a writer's ``.partial`` file or a
 half-written run is never read. ``Store.dataset`` gives a lazy pyarrow dataset (for
@@ -17,17 +28,18 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from pipelines.store.fs import StoreFS
-from pipelines.store.layout import Run, is_part_name, run_dirs
+from pipelines.store.layout import ATTRIBUTES, Layout, is_part_name, run_dirs
 from pipelines.store.manifest import RunManifest, ShardEntry
-from pipelines.store.shards import read_shard, verify_shard
+from pipelines.store.shards import read_columns, read_shard, verify_shard
 from pipelines.store.verified import Stamp, VerifiedCache
 from schemas.arrow import from_record_batch, from_shard
 from schemas.errors import ShardError, StoreError, one_line
@@ -36,6 +48,20 @@ from schemas.versions import current_version, migrate, schema_for, shard_schema_
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder of a store with its manifest."""
+
+    kind: str
+    domain: str
+    run_id: str
+    dir: str
+    manifest: RunManifest
+
+    def shard_paths(self) -> list[str]:
+        return [f"{self.dir}/{s.path}" for s in self.manifest.shards]
 
 
 @dataclass(frozen=True)
@@ -65,12 +91,20 @@ class Scan:
     listings: dict[str, dict[str, object]] = field(default_factory=dict)  # run folder -> name -> FileInfo
 
 
+def store_fs(store: Store | StoreFS | str | os.PathLike[str]) -> StoreFS:
+    """The file system of a store given as a handle, a ``StoreFS`` or a path (for the
+    writers and tools that also take a bare folder, e.g. a local staging folder)."""
+    if isinstance(store, Store):
+        return store.sfs
+    return store if isinstance(store, StoreFS) else StoreFS.open(store)
+
+
 def _stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
 class Store:
-    """A trajforge store at a local path or URI.
+    """A trajforge store at a local path or URI: its file system, layout and locks.
 
     ``warnings`` collects every problem met while reading, each once and one line;
     ``on_warning`` (default: print to stderr) sees each as it is found."""
@@ -85,11 +119,35 @@ class Store:
     ) -> None:
         self.uri = os.fspath(uri)
         self.sfs = StoreFS.open(self.uri)
-        if must_exist and not self.sfs.is_dir(self.sfs.root):
+        self.layout = Layout(self.sfs.root)
+        if must_exist and not self.exists():
             raise StoreError(f"{self.uri}: no such store")
         self.warnings: list[str] = []
         self.on_warning = on_warning
         self.verified = verified or VerifiedCache()
+
+    @classmethod
+    def open(
+        cls, store: Store | str | os.PathLike[str], *, must_exist: bool = True, on_warning: Callable[[str], None] = _stderr
+    ) -> Store:
+        """The handle of ``store``: ``store`` itself when it is one already, else the store
+        at that path or URI (StoreError if it must exist and does not)."""
+        if isinstance(store, Store):
+            if must_exist and not store.exists():
+                raise StoreError(f"{store.uri}: no such store")
+            return store
+        return cls(store, must_exist=must_exist, on_warning=on_warning)
+
+    def exists(self) -> bool:
+        """Whether the store's root folder is there (a new store is made by its first write)."""
+        return self.sfs.is_dir(self.sfs.root)
+
+    def lock(self, path: str) -> AbstractContextManager[None]:
+        """Hold the exclusive lock ``path`` of this store (a ``layout`` path), or refuse at once."""
+        return self.sfs.lock(path)
+
+    def __repr__(self) -> str:
+        return f"Store({self.uri!r})"
 
     def warn(self, message: str) -> None:
         message = one_line(message)
@@ -198,11 +256,11 @@ class Store:
         import pyarrow.parquet as pq
 
         found = []
-        for folder in self.sfs.listdir(self.sfs.join(tree)):
+        for folder in self.sfs.listdir(self.layout.tree(tree)):
             if folder.type.name != "Directory" or folder.base_name.startswith(("_", ".")):
                 continue
             try:
-                path = self.sfs.confine(folder.path, "attributes.parquet")
+                path = self.sfs.confine(folder.path, ATTRIBUTES)
                 info = self.sfs.info(path)
                 if info.type.name == "NotFound":
                     continue
@@ -218,6 +276,31 @@ class Store:
                 continue
             found.append((folder.base_name, path))
         return found
+
+    def trajectory_ids(
+        self, *, job_id: str | None = None, domain: str | None = None, kind: str = "raw", run_id: str | None = None
+    ) -> set[str]:
+        """The distinct trajectory ids in the readable shards of a tree (of one domain, one
+        run, or one collection job: its provenance's ``job_id``). Reads only those columns of
+        each shard, without building the query views."""
+        import pyarrow.compute as pc
+
+        ids: set[str] = set()
+        columns = ["trajectory_id", "provenance"] if job_id is not None else ["trajectory_id"]
+        for shard in self.readable_shards(kind, run_id=run_id):
+            if domain is not None and shard.run.domain != domain:
+                continue
+            if shard.entry.schema_version == current_version():
+                parts: Iterable[pa.Table | pa.RecordBatch] = [read_columns(self.sfs, shard.path, columns)]
+            else:  # older shards: their batches lifted to the current schema
+                parts = read_shard(self.sfs, shard.path)
+            for part in parts:
+                tids = part.column("trajectory_id")
+                if job_id is not None:
+                    tids = pc.filter(tids, pc.equal(pc.struct_field(part.column("provenance"), "job_id"), job_id))
+                ids.update(pc.unique(tids).to_pylist())
+        ids.discard(None)
+        return ids
 
     def iter_batches(self, kind: str = "raw") -> Iterator[pa.RecordBatch]:
         for shard in self.readable_shards(kind):

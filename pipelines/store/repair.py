@@ -29,15 +29,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from pipelines.store.fs import LOCAL, StoreFS
-from pipelines.store.manifest import LOCK, MANIFEST, RunManifest, ShardEntry
-from pipelines.store.shards import (
-    PARTIAL_SUFFIX,
-    collected_range,
-    file_sha256,
-    is_part_name,
-    salvage_partial,
-    verify_shard,
-)
+from pipelines.store.layout import MANIFEST, PARTIAL_SUFFIX, RUN_FIRST, TREES, Layout, is_part_name, run_dirs
+from pipelines.store.manifest import RunManifest, ShardEntry
+from pipelines.store.shards import collected_range, file_sha256, salvage_partial, verify_shard
 from schemas.errors import ShardError, StoreError, one_line
 from schemas.versions import version_of
 
@@ -181,15 +175,12 @@ def _plain_file_inside(sfs: StoreFS, run_dir: str, name: str, report: RepairRepo
     return True
 
 
-def repair(path: str, *, run_prefix: str | None = None) -> list[RepairReport]:
+def repair(path: str | StoreFS, *, run_prefix: str | None = None) -> list[RepairReport]:
     """Repair every run folder under a store (those whose run id starts with ``run_prefix``),
     or one run folder; refuses runs in use. Refused manifests are rebuilt (see above)."""
-    from pipelines.store.check import TREES
-    from pipelines.store.layout import RUN_FIRST, run_dirs
-
-    sfs = StoreFS.open(path)
+    sfs = path if isinstance(path, StoreFS) else StoreFS.open(path)
     outside: list[str] = []  # run folders leading out of the store: reported, not repaired
-    if sfs.is_dir(sfs.join("raw")):
+    if sfs.is_dir(Layout(sfs.root).tree("raw")):
         targets = [(kind, d, r, p) for kind in TREES for d, r, p in run_dirs(sfs, kind, on_outside=outside.append)]
     elif sfs.is_dir(sfs.root) and any(i.base_name == MANIFEST or i.base_name.startswith("part-") for i in sfs.listdir(sfs.root)):
         parent = posixpath.dirname(sfs.root)
@@ -206,7 +197,7 @@ def repair(path: str, *, run_prefix: str | None = None) -> list[RepairReport]:
         if run_prefix is not None and not run_id.startswith(run_prefix):
             continue
         report = RepairReport(run_dir)
-        with sfs.lock(f"{run_dir}/{LOCK}"):
+        with sfs.lock(Layout.run_lock(run_dir)):
             repair_run_locked(sfs, run_dir, domain=domain, run_id=run_id, kind=kind, report=report, rebuild_refused=True)
         reports.append(report)
     return reports

@@ -8,7 +8,6 @@ schema version. A ``.partial`` file is an IPC file without its footer yet: after
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,33 +17,34 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from pipelines.store.fs import StoreFS
+from pipelines.store.layout import PARTIAL_SUFFIX, SHARD_SUFFIX, is_part_name, parse_part_index, part_name
 from schemas.arrow import from_shard
 from schemas.errors import SchemaError, ShardError
 from schemas.versions import migrate, schema_for, schema_problem, version_of
 
 if TYPE_CHECKING:
-    from pipelines.store.manifest import ShardEntry
+    from pipelines.store.manifest import ShardEntry  # for annotations only: the manifest does not import this module
+
+# The shard names are defined in layout; importers of them from here keep working.
+__all__ = [
+    "PARTIAL_SUFFIX",
+    "SHARD_SUFFIX",
+    "RowSpan",
+    "collected_range",
+    "file_sha256",
+    "is_part_name",
+    "open_shard",
+    "parse_part_index",
+    "part_name",
+    "read_column",
+    "read_columns",
+    "read_shard",
+    "salvage_partial",
+    "stored_batches",
+    "verify_shard",
+]
 
 ARROW_MAGIC = b"ARROW1"
-SHARD_SUFFIX = ".arrow"
-PARTIAL_SUFFIX = ".partial"
-_PART = re.compile(r"part-(\d{5,})\.arrow")
-
-
-def part_name(index: int) -> str:
-    return f"part-{index:05d}{SHARD_SUFFIX}"
-
-
-def parse_part_index(name: str) -> int:
-    m = _PART.fullmatch(name)
-    if not m:
-        raise ValueError(f"not a shard name: {name!r}")
-    return int(m.group(1))
-
-
-def is_part_name(name: str) -> bool:
-    """A finished shard's file name, ``part-NNNNN.arrow``: a plain name, never a path."""
-    return bool(_PART.fullmatch(name))
 
 
 def _describe(exc: Exception) -> str:
@@ -170,19 +170,27 @@ def verify_shard(
     return rows, version
 
 
-def read_column(sfs: StoreFS, path: str, name: str) -> pa.ChunkedArray:
-    """One top-level column of a shard (e.g. ``trajectory_id``), decompressing only its buffers."""
+def read_columns(sfs: StoreFS, path: str, names: list[str]) -> pa.Table:
+    """Top-level columns of a shard in the on-disk layout (e.g. ``trajectory_id`` and
+    ``provenance``), decompressing only their buffers."""
     reader, _ = open_shard(sfs, path)
-    index = reader.schema.get_field_index(name)
-    if index < 0:
-        raise ShardError(path, f"no column {name!r}")
+    indices = []
+    for name in names:
+        index = reader.schema.get_field_index(name)
+        if index < 0:
+            raise ShardError(path, f"no column {name!r}")
+        indices.append(index)
     f = sfs.fs.open_input_file(path)
     try:
-        only = ipc.open_file(f, options=ipc.IpcReadOptions(included_fields=[index]))
-        return pa.chunked_array([only.get_batch(i).column(0) for i in range(only.num_record_batches)],
-                                type=reader.schema.field(index).type)  # fmt: skip
+        only = ipc.open_file(f, options=ipc.IpcReadOptions(included_fields=sorted(indices)))
+        return pa.Table.from_batches([only.get_batch(i) for i in range(only.num_record_batches)], schema=only.schema)
     finally:
         f.close()
+
+
+def read_column(sfs: StoreFS, path: str, name: str) -> pa.ChunkedArray:
+    """One top-level column of a shard (e.g. ``trajectory_id``), decompressing only its buffers."""
+    return read_columns(sfs, path, [name]).column(name)
 
 
 def read_shard(

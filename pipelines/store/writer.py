@@ -10,7 +10,7 @@ then listed by a manifest commit. A kill -9 at any moment loses at most the rows
 batch being filled; opening the run again (or ``trajforge shards repair``) recovers the
 rest. ``StoreWriter`` routes a run's transitions to one writer per domain::
 
-    with StoreWriter("store", run_id="r1") as w:
+    with StoreWriter(store, run_id="r1") as w:     # a Store, a StoreFS or a path
         for t in transitions:
             w.write(t)
 """
@@ -27,10 +27,11 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from pipelines.store.fs import LOCAL, StoreFS
-from pipelines.store.layout import parse_part_index, part_name, run_dir
-from pipelines.store.manifest import LOCK, ShardEntry
+from pipelines.store.layout import PARTIAL_SUFFIX, Layout, parse_part_index, part_name
+from pipelines.store.manifest import ShardEntry
+from pipelines.store.reader import Store, store_fs
 from pipelines.store.repair import repair_run_locked
-from pipelines.store.shards import PARTIAL_SUFFIX, collected_range, file_sha256
+from pipelines.store.shards import collected_range, file_sha256
 from schemas.arrow import to_shard, to_shard_batch
 from schemas.errors import SchemaError, StoreError
 from schemas.transition import DOMAINS, Transition
@@ -74,19 +75,25 @@ class ShardWriter:
     """Append-only writer of one (domain, run) folder; holds the folder's lock while open."""
 
     def __init__(
-        self, store: str | StoreFS, domain: str, run_id: str, options: WriterOptions | None = None, *, kind: str = "raw"
+        self,
+        store: str | StoreFS | Store,
+        domain: str,
+        run_id: str,
+        options: WriterOptions | None = None,
+        *,
+        kind: str = "raw",
     ) -> None:
         if domain not in DOMAINS:
             raise SchemaError("domain", f"unknown domain {domain!r} (expected one of {', '.join(DOMAINS)})")
         if not run_id or "/" in run_id or run_id.startswith("."):
             raise SchemaError("run_id", f"{run_id!r} is not a valid run id (non-empty, no '/', no leading '.')")
-        self.sfs = store if isinstance(store, StoreFS) else StoreFS.open(store)
+        self.sfs = store_fs(store)
         self.domain, self.run_id = domain, run_id
         self.options = options or WriterOptions()
-        self.dir = run_dir(self.sfs, kind, domain, run_id)
+        self.dir = Layout(self.sfs.root).run_dir(kind, domain, run_id)
         self.sfs.makedirs(self.dir)
         self._exit = contextlib.ExitStack()
-        self._exit.enter_context(self.sfs.lock(f"{self.dir}/{LOCK}"))
+        self._exit.enter_context(self.sfs.lock(Layout.run_lock(self.dir)))
         try:
             # A killed writer may have left a .partial or an unlisted shard: recover first.
             self.manifest = repair_run_locked(self.sfs, self.dir, domain=domain, run_id=run_id)
@@ -237,8 +244,10 @@ class ShardWriter:
 class StoreWriter:
     """Writes one run's transitions, routed to a ``ShardWriter`` per domain."""
 
-    def __init__(self, store: str | StoreFS, run_id: str, options: WriterOptions | None = None, *, kind: str = "raw") -> None:
-        self.sfs = store if isinstance(store, StoreFS) else StoreFS.open(store)
+    def __init__(
+        self, store: str | StoreFS | Store, run_id: str, options: WriterOptions | None = None, *, kind: str = "raw"
+    ) -> None:
+        self.sfs = store_fs(store)
         self.run_id = run_id
         self.options = options or WriterOptions()
         self.kind = kind

@@ -159,3 +159,45 @@ def test_bad_runners_and_options_are_one_line_errors(tmp_path, extra, message):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), proc.stderr
     assert not (tmp_path / "s" / "raw").exists()
+
+
+def test_both_runners_run_a_job_through_one_jobrun(tmp_path, monkeypatch):
+    """Local and Beam runs of a job share ``JobRun``: the run id, the plan less what the store
+    has (``Store.trajectory_ids``), the lock and the run's summary under ``jobs/<job>/runs/``."""
+    import json
+
+    from collectors import jobrun
+    from collectors.runner import run_job
+    from pipelines.store import Store
+
+    planned = []
+    todo = jobrun.JobRun.todo
+
+    def spied(self):
+        out = todo(self)
+        planned.append((self.run_id, len(out)))
+        return out
+
+    monkeypatch.setattr(jobrun.JobRun, "todo", spied)
+    job, tasks = load_job(_job(tmp_path, job_id="shared", workers=0))
+    store = Store.open(str(tmp_path / "store"), must_exist=False)
+    local = run_job(job, tasks, store, log=lambda m: None)
+    beamed = run_beam_job(job, tasks, store, runner="DirectRunner")  # all done: no unit to run
+    assert (local.collected, local.already_done) == (16, 0) and (beamed.collected, beamed.already_done) == (0, 16)
+    assert [n for _, n in planned] == [16, 0] and "-beam-" in planned[1][0]
+    assert store.trajectory_ids(job_id="shared") == {s.trajectory_id for s in plan(job, tasks, "x")}
+    for summary in (local, beamed):
+        written = json.loads(Path(store.layout.job_run_summary("shared", summary.run_id)).read_text())
+        assert written == json.loads(json.dumps(summary.to_json()))
+
+
+def test_job_summaries_count_ledger_lines_and_merge_as_tallies():
+    from collectors.jobrun import JobSummary, tally
+
+    one, two = JobSummary("j", "r1"), JobSummary("j", "r2")
+    tally({"episode": "t#0", "status": "done", "steps": 3, "attempts": 2}, one)
+    one.count({"episode": "t#1", "status": "failed", "reason": "dead", "attempts": 1})
+    two.count({"episode": "t#2", "status": "done", "steps": 4, "attempts": 1})
+    assert (one.collected, one.failed, one.retried, one.transitions, one.failures) == (1, 1, 1, 3, {"t#1": "dead"})
+    one.merge(two.to_json())
+    assert (one.job_id, one.run_id, one.collected, one.transitions) == ("j", "r1", 2, 7)
