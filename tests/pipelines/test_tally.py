@@ -21,7 +21,8 @@ class Seen(Tally):
 
 def test_parts_merge_by_field_type_and_survive_json():
     a = Seen(2, 1.5, Counter(dup=1), {"web": {"kept": 1}}, {("c1", "t1")}, {"e1": "timeout"})
-    b = Seen(3, 0.5, Counter(dup=2, pii=1), {"web": {"kept": 2}, "os": {"kept": 4}}, {("c1", "t2")}, {"e1": "other", "e2": "crash"})
+    b_domain = {"web": {"kept": 2}, "os": {"kept": 4}}
+    b = Seen(3, 0.5, Counter(dup=2, pii=1), b_domain, {("c1", "t2")}, {"e1": "other", "e2": "crash"})
     total = Seen()
     total.merge(a)
     total.merge(json.loads(json.dumps(b.to_json())))
