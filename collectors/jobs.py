@@ -112,6 +112,8 @@ def _details(exc: ValidationError, *key: str) -> list[InitErrorDetails]:
 
 
 class JobConfig(StrictConfig):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)  # extra keys: only the domains' sections, checked below
+
     job_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     seed: int = 0
     tasks: list[str] = Field(min_length=1)
@@ -128,8 +130,6 @@ class JobConfig(StrictConfig):
     sim: SimSection | None = None
     # and one section per domain that has options (``web:``, ``mcp:``, ...): see _domain_sections
 
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)  # extra keys: only the domains' sections
-
     @model_validator(mode="wrap")
     @classmethod
     def _domain_sections(cls, data: Any, handler: ModelWrapValidatorHandler[JobConfig]) -> JobConfig:
@@ -139,14 +139,14 @@ class JobConfig(StrictConfig):
             return handler(data)
         sections: dict[str, EnvOptions] = {}
         errors: list[InitErrorDetails] = []
-        for key in data.keys() - cls.model_fields.keys():
+        for key in [k for k in data if k not in cls.model_fields]:
             spec = DOMAINS.get(key)
             model = spec.options_model() if spec is not None else None
             if model is None:
                 errors.append({"type": "extra_forbidden", "loc": (key,), "input": data[key]})
                 continue
             try:
-                sections[key] = model.model_validate(data[key] if data[key] is not None else {})
+                sections[key] = model.model_validate(data[key])
             except ValidationError as exc:
                 errors += _details(exc, key)
         try:
