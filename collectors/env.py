@@ -9,6 +9,11 @@ the observation unchanged), never raised. Infrastructure faults raise ``EnvError
 
 A ``Task`` owns its id, instruction, seed, setup, success check and teardown; environments
 only run them. Tasks are registered by id and loaded from YAML or JSONL suites.
+
+An environment class names its ``domain``; its action space and options model come from
+that domain's spec (``schemas.domains``), and ``EnvOptions`` is the base of every options
+model: one frozen pydantic model that is both the environment's options and the job
+file's section of that domain.
 """
 
 from __future__ import annotations
@@ -16,14 +21,16 @@ from __future__ import annotations
 import abc
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from collectors.actions import ActionError, ActionSpace, ActionSpec
 from schemas.config import StrictConfig, read_config_text, read_yaml, validation_message
+from schemas.domains import domain as domain_spec
 from schemas.errors import ConfigError, TrajforgeError
 from schemas.transition import DOMAINS, Action, Observation, canonical_json
 
@@ -141,8 +148,6 @@ def task_from_dict(body: dict[str, Any], where: str) -> Task:
     missing = [k for k in ("id", "domain", "instruction") if k not in body]
     if missing:
         raise ConfigError(f"{where}: task is missing {missing[0]!r}")
-    from pydantic import ValidationError
-
     try:
         checked = _TaskBody.model_validate(body)  # field types checked here, not mid-episode
         return Task(**{k: getattr(checked, k) for k in body})
@@ -187,15 +192,58 @@ def invalid_action(raw: Any) -> Action:
     return Action("invalid", canonical_json({"kind": "invalid", "raw": text[:2000]}), text[:10000])
 
 
+class EnvOptions(BaseModel):
+    """Base of a domain's options model: unknown keys and NaN refused, frozen once made.
+    ``paths`` names the fields that are file paths (a job file's are relative to its folder)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    paths: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def of(cls, options: EnvOptions | Mapping[str, Any] | None) -> Self:
+        """``options`` as this model (a mapping is checked; a bad one is a one-line ConfigError)."""
+        if isinstance(options, cls):
+            return options
+        try:
+            return cls.model_validate(dict(options or {}))
+        except ValidationError as exc:
+            raise ConfigError(f"{cls.__name__}: {validation_message(exc, show_input=True)}") from None
+
+    def relative_to(self, folder: Path) -> Self:
+        """These options with relative ``paths`` taken from ``folder``."""
+        update = {n: str(folder / v) for n in self.paths if (v := getattr(self, n)) and not Path(v).is_absolute()}
+        return self.model_copy(update=update) if update else self
+
+
+class _FromSpec:
+    """An environment's attribute that its domain's spec names (the registry is the one source)."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+
+    def __get__(self, env: Environment | None, cls: type[Environment]) -> Any:
+        name = (env if env is not None else cls).domain
+        return getattr(domain_spec(name), self.method)() if name else None
+
+
 class Environment(abc.ABC):
-    """Base of all domains: parses actions, times steps, keeps the current observation."""
+    """Base of all domains: parses actions, times steps, keeps the current observation.
+
+    A subclass names its ``domain``; ``action_space`` and ``options_model`` are that
+    domain's (from the registry), and ``self.options`` is the options model made from
+    whatever the caller gave (a model, a mapping or None for the defaults)."""
 
     domain: ClassVar[str] = ""
-    action_space: ClassVar[ActionSpace]
+    action_space: ClassVar[ActionSpace] = _FromSpec("action_space")  # type: ignore[assignment]
+    options_model: ClassVar[type[EnvOptions] | None] = _FromSpec("options_model")  # type: ignore[assignment]
     sandbox_backend: str = "none"
     image_digest: str | None = None
 
-    def __init__(self, env_id: str = "default") -> None:
+    def __init__(self, env_id: str = "default", options: EnvOptions | Mapping[str, Any] | None = None) -> None:
+        model = self.options_model
+        if model is None and options:
+            raise ConfigError(f"{self.domain} environment: takes no options, got {sorted(options)}")
+        self.options: Any = model.of(options) if model is not None else None
         self.env_id = env_id
         self.task: Task | None = None
         self.observation: Observation | None = None

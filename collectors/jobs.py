@@ -18,10 +18,12 @@
     os: {screen: [1280, 800], screenshot: false}  # desktop episodes only
     android: {serials: [emulator-5554, emulator-5556]}  # worker i uses serials[i % n]; or {simulator: true}
     backend: sim                    # optional: a world model plays every environment (simulate)
-    sim: {model: runs/sft/final, temperature: 0.0}  # which model and how it samples (simulate.config)
+    sim: {model: runs/sft/final, temperature: 0.0}  # which model and how it samples (SimSection)
 
-Unknown keys, wrong types, missing task files and unknown domains are refused with the
-file, the key and what was expected.
+A domain's section is that domain's options model (``schemas.domains``: ``web`` is
+``collectors.web.env.WebOptions``), so the job file and the environment take the same
+settings. Unknown keys, wrong types, missing task files and unknown domains are refused
+with the file, the key and what was expected.
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from collectors.env import Task, load_suite
+from collectors.env import EnvOptions, Task, load_suite
 from sandboxes.base import SandboxConfig
 from schemas.config import StrictConfig, load_yaml_model
+from schemas.domains import DOMAINS
+from schemas.domains import domain as domain_spec
 from schemas.errors import ConfigError
-from schemas.transition import DOMAINS
-from simulate.config import SimSection
+from schemas.transition import FORMATS
 
 
 class SandboxSection(BaseModel):
@@ -62,81 +66,54 @@ class PolicySection(StrictConfig):
     max_steps: int | None = None
 
 
-class WebSection(StrictConfig):
-    """Settings of web episodes (``collectors.web.env.WebOptions``)."""
+class SimSection(BaseModel):
+    """The ``sim`` section: which world model plays the environments, and how (``simulate``).
 
-    allowed_origins: list[str] = Field(default_factory=list)  # the shipped sites' origin is always allowed
-    screenshot: bool = False
-    html: bool = False
-    settle_timeout_ms: int = Field(3000, ge=100)
-    obs_cap_chars: int = Field(20_000, ge=1000)
-    action_timeout_ms: int = Field(5000, ge=100)
+    One pydantic model serves the job loader and ``simulate.env.SimEnv`` alike; it lives
+    here, with the job file, because collectors load job files and simulate sits above them.
+    """
 
-
-class MCPServerSection(StrictConfig):
-    """A server of the job's own: a command run over stdio, or a streamable HTTP url."""
-
-    command: str | None = None
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    url: str | None = None
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1)
+    base_url: str | None = None  # None: load ``model`` locally with transformers
+    api_key_env: str | None = None
+    tokenizer: str | None = None  # for the history budget at an endpoint (default: the model's own when local)
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(512, ge=1)
+    retries: int = Field(2, ge=0)
+    retry_temperature: float = Field(0.7, gt=0.0)
+    max_prompt_tokens: int = Field(4096, ge=64)  # the SFT samples' history budget
+    format: str | None = None  # the predicted observations' format (default: the domain's usual one)
+    reset: Literal["real", "recorded"] = "real"
+    recorded: str | None = None  # a store path, for reset: recorded
+    timeout_s: float = Field(120.0, gt=0)
 
     @model_validator(mode="after")
-    def _one_transport(self) -> MCPServerSection:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("give either command (stdio) or url (streamable HTTP)")
+    def _check(self) -> SimSection:
+        if self.format is not None and self.format not in FORMATS:
+            raise ValueError(f"format: unknown format {self.format!r} (known: {', '.join(sorted(FORMATS))})")
+        if self.reset == "recorded" and not self.recorded:
+            raise ValueError("reset: recorded needs recorded: <store path>")
         return self
 
-
-class MCPSection(StrictConfig):
-    """Settings of MCP episodes (``collectors.mcp.env.MCPOptions``); a task's env_id names the server."""
-
-    servers: dict[str, MCPServerSection] = Field(default_factory=dict)
-    call_timeout_s: float = Field(30.0, gt=0)
-    startup_timeout_s: float = Field(30.0, gt=0)
-    obs_cap_chars: int = Field(20_000, ge=1000)
+    def sampling(self) -> dict[str, Any]:
+        """What a simulated transition records about how it was sampled."""
+        keys = ("temperature", "top_p", "max_new_tokens", "retries", "retry_temperature", "max_prompt_tokens")
+        return {k: getattr(self, k) for k in keys}
 
 
-class SearchSection(StrictConfig):
-    """Settings of search episodes (``collectors.search.env.SearchOptions``)."""
-
-    corpus: str | None = None  # JSONL/Parquet of {id, url, title, text}; None for env_id pydoc
-    index_dir: str | None = None  # default: $TRAJFORGE_CACHE/search/<env_id>
-    page_chars: int = Field(4000, ge=200)
-    snippet_chars: int = Field(200, ge=50)
-    find_context: int = Field(80, ge=0)
-    max_find: int = Field(10, ge=1)
-
-
-class OSSection(StrictConfig):
-    """Settings of OS (desktop) episodes (``collectors.os.env.OSOptions``)."""
-
-    screen: tuple[int, int] = (1280, 800)
-    obs_cap_chars: int = Field(20_000, ge=1000)
-    screenshot: bool = False
-    settle_min_s: float = Field(0.15, ge=0)
-    settle_timeout_s: float = Field(3.0, gt=0)
-    app_timeout_s: float = Field(15.0, gt=0)
-    start_timeout_s: float = Field(15.0, gt=0)
-    check_wait_s: float = Field(2.0, ge=0)
-
-
-class AndroidSection(StrictConfig):
-    """Settings of Android episodes (``collectors.android.env.AndroidOptions``)."""
-
-    serials: list[str] = Field(default_factory=list)
-    simulator: bool = False
-    adb_port: int | None = None
-    screenshot: bool = False
-    obs_cap_chars: int = Field(20_000, ge=1000)
-    dump_retries: int = Field(3, ge=0)
-    dump_backoff_s: float = Field(0.2, ge=0)
-    command_timeout_s: float = Field(30.0, gt=0)
-    settle_s: float = Field(0.0, ge=0)
-    apps: dict[str, str] = Field(default_factory=dict)
+def _details(exc: ValidationError, *key: str) -> list[InitErrorDetails]:
+    """A model's errors, to raise again as the job's (a section's under its key)."""
+    return [
+        {"type": PydanticCustomError(e["type"], "{msg}", {"msg": e["msg"]}), "loc": (*key, *e["loc"]), "input": e["input"]}
+        for e in exc.errors()
+    ]
 
 
 class JobConfig(StrictConfig):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)  # extra keys: only the domains' sections, checked below
+
     job_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     seed: int = 0
     tasks: list[str] = Field(min_length=1)
@@ -149,13 +126,40 @@ class JobConfig(StrictConfig):
     workers: int = Field(1, ge=0)
     retries: int = Field(2, ge=0)
     sandbox: SandboxSection = SandboxSection()
-    web: WebSection = WebSection()
-    mcp: MCPSection = MCPSection()
-    search: SearchSection = SearchSection()
-    os: OSSection = OSSection()
-    android: AndroidSection = AndroidSection()
     backend: Literal["real", "sim"] = "real"
     sim: SimSection | None = None
+    # and one section per domain that has options (``web:``, ``mcp:``, ...): see _domain_sections
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _domain_sections(cls, data: Any, handler: ModelWrapValidatorHandler[JobConfig]) -> JobConfig:
+        """Check each domain's section with that domain's options model (from the registry);
+        any other key the job does not know is refused as before."""
+        if not isinstance(data, dict):
+            return handler(data)
+        sections: dict[str, EnvOptions] = {}
+        errors: list[InitErrorDetails] = []
+        for key in [k for k in data if k not in cls.model_fields]:
+            spec = DOMAINS.get(key)
+            model = spec.options_model() if spec is not None else None
+            if model is None:
+                errors.append({"type": "extra_forbidden", "loc": (key,), "input": data[key]})
+                continue
+            try:
+                sections[key] = model.model_validate(data[key])
+            except ValidationError as exc:
+                errors += _details(exc, key)
+        try:
+            job = handler({k: v for k, v in data.items() if k in cls.model_fields})
+        except ValidationError as exc:
+            if not errors:
+                raise
+            errors = [*_details(exc), *errors]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        for key, section in sections.items():
+            setattr(job, key, section)
+        return job
 
     @model_validator(mode="after")
     def _sim(self) -> JobConfig:
@@ -163,9 +167,18 @@ class JobConfig(StrictConfig):
             raise ValueError("backend: sim needs a sim section naming the model (sim: {model: ...})")
         return self
 
+    def section(self, domain: str) -> EnvOptions | None:
+        """The job's options of ``domain`` (its section, or the defaults); None when it has none."""
+        given = (self.model_extra or {}).get(domain)
+        if given is not None:
+            return given
+        model = domain_spec(domain).options_model()
+        return model() if model is not None else None
+
     def env_options(self, domain: str) -> dict[str, Any]:
-        section = {"web": self.web, "mcp": self.mcp, "search": self.search, "os": self.os, "android": self.android}.get(domain)
-        return {"options": section.model_dump(exclude_none=True)} if section is not None else {}
+        """Keyword arguments of the domain's environment: ``options`` when it has any."""
+        options = self.section(domain)
+        return {"options": options} if options is not None else {}
 
     def sandbox_config(self, run_id: str) -> SandboxConfig:
         s = self.sandbox.model_dump(exclude_none=True)
@@ -187,10 +200,8 @@ def load_job(path: str | Path) -> tuple[JobConfig, list[Task]]:
         if not suite_path.is_file():
             raise ConfigError(f"{path}: tasks: task file {suite} not found (looked at {suite_path})")
         tasks += load_suite(suite_path)
-    for name in ("corpus", "index_dir"):  # relative to the job file, like its task files
-        value = getattr(job.search, name)
-        if value and not Path(value).is_absolute():
-            setattr(job.search, name, str(path.parent / value))
+    for key, section in (job.model_extra or {}).items():  # paths relative to the job file, like its task files
+        setattr(job, key, section.relative_to(path.parent))
     if job.sim is not None:  # local model folders, tokenizers and recorded stores: relative to the job file too
         for name in ("model", "tokenizer", "recorded"):
             value = getattr(job.sim, name)
@@ -198,11 +209,9 @@ def load_job(path: str | Path) -> tuple[JobConfig, list[Task]]:
                 setattr(job.sim, name, str(path.parent / value))
     if job.domains:
         tasks = [t for t in tasks if t.domain in job.domains]
-    from collectors.registry import ENVIRONMENTS
-
     for t in tasks:
-        if t.domain not in ENVIRONMENTS:
-            raise ConfigError(f"{path}: task {t.id}: no collector for domain {t.domain!r} yet (have: {', '.join(ENVIRONMENTS)})")
+        if t.domain not in DOMAINS:
+            raise ConfigError(f"{path}: task {t.id}: no collector for domain {t.domain!r} yet (have: {', '.join(DOMAINS)})")
     if not tasks:
         raise ConfigError(f"{path}: no tasks selected")
     return job, tasks

@@ -1,27 +1,31 @@
-"""Which environment class serves which domain (the one loader that picks by config)."""
+"""Environments by domain and by job backend: thin calls into the registry.
+
+A domain's environment is its spec's (``schemas.domains``). A job's ``backend`` other than
+``real`` names an environment that stands in for every domain's real one; those live above
+collectors (``simulate``), so they are named by entry point and resolved only when a job
+asks for one, as Gymnasium resolves ``entry_point`` strings.
+"""
 
 from __future__ import annotations
 
-import importlib
+from typing import Any
 
 from sandboxes.base import SandboxConfig
+from schemas.domains import domain, load_entry_point
 
-ENVIRONMENTS: dict[str, str] = {
-    "terminal": "collectors.terminal:TerminalEnv",
-    "swe": "collectors.swe:SWEEnv",
-    "web": "collectors.web.env:WebEnv",
-    "mcp": "collectors.mcp.env:MCPEnv",
-    "search": "collectors.search.env:SearchEnv",
-    "os": "collectors.os.env:OSEnv",
-    "android": "collectors.android.env:AndroidEnv",
-}
+#: job backend -> the environment class that plays every domain (called as cls(domain, sim, env_id, real=...))
+BACKENDS: dict[str, str] = {"sim": "simulate.env:SimEnv"}
 
 
-def env_class(domain: str) -> type:
-    module, _, name = ENVIRONMENTS[domain].partition(":")
-    return getattr(importlib.import_module(module), name)
+def env_class(name: str) -> type:
+    return domain(name).env_class()
 
 
-def make_env(domain: str, sandbox: SandboxConfig, env_id: str = "default", **options):
-    """``options``: a domain's own settings from the job (the web section for web)."""
-    return env_class(domain)(sandbox=sandbox, env_id=env_id, **options)
+def make_env(name: str, sandbox: SandboxConfig, env_id: str = "default", **options: Any) -> Any:
+    """``options``: a domain's own settings from the job (``job.env_options(name)``)."""
+    return domain(name).make(sandbox=sandbox, env_id=env_id, **options)
+
+
+def backend_env(backend: str) -> type:
+    """The environment class of a job backend (``sim``)."""
+    return load_entry_point(BACKENDS[backend])

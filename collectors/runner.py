@@ -30,7 +30,7 @@ from collectors.env import Task
 from collectors.jobrun import EpisodeSpec, JobRun, JobSummary, episode_seed, plan, shard_of, tally
 from collectors.jobs import JobConfig
 from collectors.policies import make_policy
-from collectors.registry import env_class, make_env
+from collectors.registry import backend_env, env_class, make_env
 from collectors.wrappers import Recorder, StepLimit, TimeLimit
 from pipelines.store import Store, StoreWriter
 from schemas.errors import TrajforgeError
@@ -64,10 +64,8 @@ def _env_for(spec: EpisodeSpec, job: JobConfig):
     if env is None or env.closed:
         real = lambda: make_env(spec.task.domain, job.sandbox_config(spec.run_id), spec.task.env_id,  # noqa: E731
                                 **job.env_options(spec.task.domain))  # fmt: skip
-        if job.backend == "sim":  # a world model plays the environment; real() gives its initial observations
-            from simulate.env import SimEnv
-
-            env = _ENVS[key] = SimEnv(spec.task.domain, job.sim, spec.task.env_id, real=real)
+        if job.backend != "real":  # a world model plays the environment; real() gives its initial observations
+            env = _ENVS[key] = backend_env(job.backend)(spec.task.domain, job.sim, spec.task.env_id, real=real)
         else:
             env = _ENVS[key] = real()
     return env

@@ -104,9 +104,11 @@ def parse_test_outcome(output: str, exit_code: int) -> dict[str, Any]:
     return {"exit_code": exit_code, "ok": exit_code == 0, **counts}
 
 
+SWE_ACTIONS = ActionSpace("swe", [ViewFile, Search, StrReplace, Insert, Create, RunCommand, RunTests, Submit])
+
+
 class SWEEnv(SandboxEnv):
     domain = "swe"
-    action_space = ActionSpace("swe", [ViewFile, Search, StrReplace, Insert, Create, RunCommand, RunTests, Submit])
 
     def _path(self, path: str) -> str:
         full = path if path.startswith("/") else f"{REPO}/{path}"

@@ -1,11 +1,13 @@
-"""Synthetic transitions for all seven domains, for tests, benchmarks and the demo.
+"""Synthetic transitions for every domain, for tests, benchmarks and the demo.
 
 Trajectories are multi-step and chained (each state is the previous next_state), with
 observations of realistic shape and size (1-8 KB by default, log-uniform), run-time
 noise (timestamps, PIDs, temp paths, UUIDs, durations) recorded as volatile spans, a
 share of failed actions, and a chosen ratio of duplicate trajectories: half exact
 copies (same content, other ids and times) and half near copies (a few characters
-changed per observation, spans kept valid). Same seed, same records::
+changed per observation, spans kept valid). Each domain's look is a ``SyntheticDomain``
+that its spec names (``schemas.domains``); its observations are in a format the domain's
+environment emits. Same seed, same records::
 
     summary = synth_store("store", transitions=1000, seed=0, duplicates=0.1)
 """
@@ -15,13 +17,14 @@ from __future__ import annotations
 import random
 import string
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from schemas.domains import DOMAINS
 from schemas.errors import StoreError
-from schemas.transition import DOMAINS, Action, Observation, Provenance, Transition, VolatileSpan
+from schemas.transition import Action, Observation, Provenance, Transition, VolatileSpan
 
 if TYPE_CHECKING:
     from pipelines.store import Store
@@ -172,127 +175,188 @@ def _noise(rng: random.Random, kind: str, at: datetime) -> str:
     return f"{rng.random() * 5:.2f}s"
 
 
-# Line pools per domain: templated lines with random fills, made once per generator.
-def _line_makers() -> dict[str, Callable[[random.Random], str]]:
-    def terminal(r: random.Random) -> str:
-        return r.choice(
-            [
-                lambda: (
-                    f"-rw-r--r-- 1 agent agent {r.randint(10, 99999):>6} Nov {r.randint(1, 30):>2} {r.randint(0, 23):02d}:{r.randint(0, 59):02d} {r.choice(_FILES)}"
-                ),
-                lambda: (
-                    f"agent    {r.randint(300, 60000):>6}  {r.random() * 9:.1f}  {r.random() * 3:.1f} {r.randint(1000, 999999):>7} python3 {r.choice(_FILES)}"
-                ),
-                lambda: f"{r.getrandbits(28):07x} {_fill(r, '{W} {v} {x}')} ({r.randint(1, 99)} files changed)",
-                lambda: f"{r.choice(_FILES)}:{r.randint(1, 400)}: # TODO {_fill(r, '{w} the {v} {x}')}",
-                lambda: (
-                    f"tests/test_{r.choice(_WORDS)}.py::test_{r.choice(_WORDS)}_{r.choice(_WORDS)} {r.choice(['PASSED', 'PASSED', 'FAILED'])}"
-                ),
-            ]
-        )()
+@dataclass(frozen=True)
+class SyntheticDomain:
+    """How one domain's synthetic transitions look; a domain's spec names its generator
+    (``schemas.domains``: ``synthetic="collectors.synth:WEB"``).
 
-    def swe(r: random.Random) -> str:
-        return f"{r.randint(1, 900):>5}\t{_fill(r, r.choice(_PY))}"
+    ``line`` makes one line of an observation's body (a pool of them is made per run),
+    ``action`` an action from a random word, ``header`` an observation's first lines and
+    ``extra`` (given the action that led to it and the step). ``format`` is one of the
+    formats the domain's environment emits (None: its usual one)."""
 
-    def web(r: random.Random) -> str:
-        role = r.choice(["link", "button", "textbox", "heading", "listitem", "img", "checkbox", "combobox"])
-        return f'{"  " * r.randint(1, 5)}- {role} "{_fill(r, "{W} {v} {x}")}" [bid={r.choice("abcdefgh")}{r.randint(1, 400)}]'
-
-    def os_(r: random.Random) -> str:
-        role = r.choice(["push button", "label", "text", "menu item", "table cell", "frame", "panel", "check box"])
-        x, y = r.randint(0, 1200), r.randint(0, 780)
-        return f'{"  " * r.randint(1, 6)}[{r.randint(1, 999)}] {role} "{_fill(r, "{W} {v}")}" ({x},{y},{r.randint(20, 300)},{r.randint(16, 60)}) enabled visible'
-
-    def android(r: random.Random) -> str:
-        cls = r.choice(["TextView", "Button", "ImageView", "LinearLayout", "EditText", "RecyclerView", "Switch"])
-        x, y = r.randint(0, 1000), r.randint(0, 2200)
-        return (
-            f"{'  ' * r.randint(1, 6)}[{r.randint(0, 300)}] android.widget.{cls} id=com.example:id/{r.choice(_WORDS)} "
-            f'text="{_fill(r, "{W} {v}")}" clickable={r.choice(["true", "false"])} bounds=[{x},{y}][{x + 80},{y + 120}]'
-        )
-
-    def mcp(r: random.Random) -> str:
-        return f'  {{"id": {r.randint(1, 9999)}, "{r.choice(_WORDS)}": "{_fill(r, "{w} {v} {x}")}", "count": {r.randint(0, 500)}, "ok": {r.choice(["true", "false"])}}},'
-
-    def search(r: random.Random) -> str:
-        w = r.choice(_WORDS)
-        return (
-            f"{r.randint(1, 10)}. {_fill(r, '{W} {V}: {x}')}\n   https://docs.example.org/{w}/{r.choice(_WORDS)}.html\n"
-            f"   {_fill(r, 'The {w} {v} handles {x} when the')} {_fill(r, '{w} is {v}.')}"
-        )
-
-    return {"terminal": terminal, "swe": swe, "web": web, "os": os_, "android": android, "mcp": mcp, "search": search}
+    env_ids: tuple[str, ...]
+    line: Callable[[random.Random], str]
+    action: Callable[[random.Random, str], Action]
+    header: Callable[[random.Random, Action | None, int], tuple[str, dict]]
+    format: str | None = None
 
 
-_FORMATS = {
-    "terminal": "terminal",
-    "swe": "file_view",
-    "web": "a11y_tree",
-    "os": "a11y_tree",
-    "android": "uiautomator_xml",
-    "mcp": "json",
-    "search": "search_results",
-}
-_ENVS = {
-    "terminal": ["bash-debian", "bash-python"],
-    "swe": ["swe-requests", "swe-attrs", "swe-click"],
-    "web": ["shop", "wiki", "tracker"],
-    "os": ["desktop-editor", "desktop-files"],
-    "android": ["sim-settings", "sim-notes"],
-    "mcp": ["mcp-time", "mcp-mail", "mcp-bank"],
-    "search": ["search-man"],
-}
+def _terminal_line(r: random.Random) -> str:
+    return r.choice(
+        [
+            lambda: (
+                f"-rw-r--r-- 1 agent agent {r.randint(10, 99999):>6} Nov {r.randint(1, 30):>2} {r.randint(0, 23):02d}:{r.randint(0, 59):02d} {r.choice(_FILES)}"
+            ),
+            lambda: (
+                f"agent    {r.randint(300, 60000):>6}  {r.random() * 9:.1f}  {r.random() * 3:.1f} {r.randint(1000, 999999):>7} python3 {r.choice(_FILES)}"
+            ),
+            lambda: f"{r.getrandbits(28):07x} {_fill(r, '{W} {v} {x}')} ({r.randint(1, 99)} files changed)",
+            lambda: f"{r.choice(_FILES)}:{r.randint(1, 400)}: # TODO {_fill(r, '{w} the {v} {x}')}",
+            lambda: (
+                f"tests/test_{r.choice(_WORDS)}.py::test_{r.choice(_WORDS)}_{r.choice(_WORDS)} {r.choice(['PASSED', 'PASSED', 'FAILED'])}"
+            ),
+        ]
+    )()
 
 
-def _action(r: random.Random, domain: str) -> Action:
+def _terminal_header(r: random.Random, action: Action | None, step: int) -> tuple[str, dict]:
+    cmd = action.args.get("command", "") if action else ""
+    code = 0 if r.random() > 0.15 else r.choice((1, 2, 127))
+    return f"$ {cmd}\n", {"cwd": "/work", "exit_code": code}
+
+
+TERMINAL = SyntheticDomain(
+    ("bash-debian", "bash-python"),
+    _terminal_line,
+    lambda r, w: Action.make("run", command=r.choice(_CMDS), timeout=30),
+    _terminal_header,
+)
+
+
+def _swe_action(r: random.Random, w: str) -> Action:
+    kind = r.choice(["view", "search", "edit", "run_tests"])
+    if kind == "view":
+        return Action.make("view", path=f"src/{w}.py", start=r.randint(1, 200), end=r.randint(201, 400))
+    if kind == "edit":
+        return Action.make("str_replace", path=f"src/{w}.py", old=f"return {w}", new=f"return {w} or None")
+    if kind == "search":
+        return Action.make("search", pattern=w, path="src")
+    return Action.make("run_tests", command="python3 -m pytest -q")
+
+
+SWE = SyntheticDomain(
+    ("swe-requests", "swe-attrs", "swe-click"),
+    lambda r: f"{r.randint(1, 900):>5}\t{_fill(r, r.choice(_PY))}",
+    _swe_action,
+    lambda r, action, step: ("", {"open_file": f"src/{r.choice(_WORDS)}.py", "cwd": "/work/repo"}),
+    format="file_view",
+)
+
+
+def _web_line(r: random.Random) -> str:
+    role = r.choice(["link", "button", "textbox", "heading", "listitem", "img", "checkbox", "combobox"])
+    return f'{"  " * r.randint(1, 5)}- {role} "{_fill(r, "{W} {v} {x}")}" [bid={r.choice("abcdefgh")}{r.randint(1, 400)}]'
+
+
+def _web_action(r: random.Random, w: str) -> Action:
+    return r.choice(
+        [
+            lambda: Action.make("click", bid=f"a{r.randint(1, 400)}"),
+            lambda: Action.make("fill", bid=f"b{r.randint(1, 400)}", text=w),
+            lambda: Action.make("scroll", dx=0, dy=400),
+        ]
+    )()
+
+
+def _web_header(r: random.Random, action: Action | None, step: int) -> tuple[str, dict]:
+    page = r.choice(_WORDS)
+    return f"URL: http://127.0.0.1:8080/{page}\nTitle: {page.title()}\n", {"url": f"http://127.0.0.1:8080/{page}"}
+
+
+WEB = SyntheticDomain(("shop", "wiki", "tracker"), _web_line, _web_action, _web_header)
+
+
+def _os_line(r: random.Random) -> str:
+    role = r.choice(["push button", "label", "text", "menu item", "table cell", "frame", "panel", "check box"])
+    x, y = r.randint(0, 1200), r.randint(0, 780)
+    return f'{"  " * r.randint(1, 6)}[{r.randint(1, 999)}] {role} "{_fill(r, "{W} {v}")}" ({x},{y},{r.randint(20, 300)},{r.randint(16, 60)}) enabled visible'
+
+
+def _os_action(r: random.Random, w: str) -> Action:
+    return r.choice(
+        [
+            lambda: Action.make("click", x=r.randint(0, 1279), y=r.randint(0, 799), button="left"),
+            lambda: Action.make("type_text", text=f"{w} {r.choice(_WORDS)}"),
+            lambda: Action.make("hotkey", keys=["ctrl", "s"]),
+        ]
+    )()
+
+
+OS = SyntheticDomain(
+    ("desktop-editor", "desktop-files"),
+    _os_line,
+    _os_action,
+    lambda r, action, step: ('window "Text Editor" active\n', {"active_window": "Text Editor"}),
+)
+
+
+def _android_line(r: random.Random) -> str:
+    cls = r.choice(["TextView", "Button", "ImageView", "LinearLayout", "EditText", "RecyclerView", "Switch"])
+    x, y = r.randint(0, 1000), r.randint(0, 2200)
+    return (
+        f"{'  ' * r.randint(1, 6)}[{r.randint(0, 300)}] android.widget.{cls} id=com.example:id/{r.choice(_WORDS)} "
+        f'text="{_fill(r, "{W} {v}")}" clickable={r.choice(["true", "false"])} bounds=[{x},{y}][{x + 80},{y + 120}]'
+    )
+
+
+def _android_action(r: random.Random, w: str) -> Action:
+    return r.choice(
+        [
+            lambda: Action.make("click", index=r.randint(0, 300)),
+            lambda: Action.make("input_text", text=w, index=r.randint(0, 300)),
+            lambda: Action.make("navigate_back"),
+        ]
+    )()
+
+
+ANDROID = SyntheticDomain(
+    ("sim-settings", "sim-notes"),
+    _android_line,
+    _android_action,
+    lambda r, action, step: (
+        "package=com.example.app activity=.MainActivity orientation=0 size=1080x2400\n",
+        {"package": "com.example.app", "activity": ".MainActivity"},
+    ),
+)
+
+
+MCP = SyntheticDomain(
+    ("mcp-time", "mcp-mail", "mcp-bank"),
+    lambda r: (
+        f'  {{"id": {r.randint(1, 9999)}, "{r.choice(_WORDS)}": "{_fill(r, "{w} {v} {x}")}", "count": {r.randint(0, 500)}, "ok": {r.choice(["true", "false"])}}},'
+    ),
+    lambda r, w: Action.make(
+        "call_tool", name=f"{w}_{r.choice(['list', 'get', 'create'])}", arguments={"query": w, "limit": 10}
+    ),
+    lambda r, action, step: ("[\n" if step else "tools: list, get, create\n", {"server": "stub"}),
+)
+
+
+def _search_line(r: random.Random) -> str:
     w = r.choice(_WORDS)
-    match domain:
-        case "terminal":
-            return Action.make("run", command=r.choice(_CMDS), timeout=30)
-        case "swe":
-            kind = r.choice(["view", "search", "edit", "run_tests"])
-            if kind == "view":
-                return Action.make("view", path=f"src/{w}.py", start=r.randint(1, 200), end=r.randint(201, 400))
-            if kind == "edit":
-                return Action.make("str_replace", path=f"src/{w}.py", old=f"return {w}", new=f"return {w} or None")
-            if kind == "search":
-                return Action.make("search", pattern=w, path="src")
-            return Action.make("run_tests", command="python3 -m pytest -q")
-        case "web":
-            return r.choice(
-                [
-                    lambda: Action.make("click", bid=f"a{r.randint(1, 400)}"),
-                    lambda: Action.make("fill", bid=f"b{r.randint(1, 400)}", text=w),
-                    lambda: Action.make("scroll", dx=0, dy=400),
-                ]
-            )()
-        case "os":
-            return r.choice(
-                [
-                    lambda: Action.make("click", x=r.randint(0, 1279), y=r.randint(0, 799), button="left"),
-                    lambda: Action.make("type_text", text=f"{w} {r.choice(_WORDS)}"),
-                    lambda: Action.make("hotkey", keys=["ctrl", "s"]),
-                ]
-            )()
-        case "android":
-            return r.choice(
-                [
-                    lambda: Action.make("click", index=r.randint(0, 300)),
-                    lambda: Action.make("input_text", text=w, index=r.randint(0, 300)),
-                    lambda: Action.make("navigate_back"),
-                ]
-            )()
-        case "mcp":
-            return Action.make(
-                "call_tool", name=f"{w}_{r.choice(['list', 'get', 'create'])}", arguments={"query": w, "limit": 10}
-            )
-        case _:
-            return r.choice(
-                [
-                    lambda: Action.make("search", query=f"{w} {r.choice(_WORDS)}", top_k=5),
-                    lambda: Action.make("open", doc_id=f"doc-{r.randint(1, 5000)}"),
-                ]
-            )()
+    return (
+        f"{r.randint(1, 10)}. {_fill(r, '{W} {V}: {x}')}\n   https://docs.example.org/{w}/{r.choice(_WORDS)}.html\n"
+        f"   {_fill(r, 'The {w} {v} handles {x} when the')} {_fill(r, '{w} is {v}.')}"
+    )
+
+
+def _search_action(r: random.Random, w: str) -> Action:
+    return r.choice(
+        [
+            lambda: Action.make("search", query=f"{w} {r.choice(_WORDS)}", top_k=5),
+            lambda: Action.make("open", doc_id=f"doc-{r.randint(1, 5000)}"),
+        ]
+    )()
+
+
+SEARCH = SyntheticDomain(
+    ("search-man",),
+    _search_line,
+    _search_action,
+    lambda r, action, step: ("", {"index": "man-v1", "k1": 1.2, "b": 0.75}),
+    format="search_results",
+)
 
 
 @dataclass
@@ -317,24 +381,29 @@ class Synthesizer:
         duplicates: float = 0.0,
         min_obs_bytes: int = 1024,
         max_obs_bytes: int = 8192,
-        domains: tuple[str, ...] = DOMAINS,
+        domains: Sequence[str] | None = None,
         pool_size: int = 4000,
         failed_ratio: float = 0.05,
     ) -> None:
         if not 0.0 <= duplicates < 1.0:
             raise ValueError(f"duplicates must be in [0, 1), got {duplicates}")
+        domains = tuple(DOMAINS if domains is None else domains)  # default: every registered domain
         unknown = set(domains) - set(DOMAINS)
         if unknown:
             raise ValueError(f"unknown domain {sorted(unknown)[0]!r}")
-        self.seed, self.duplicates, self.domains = seed, duplicates, tuple(domains)
+        self.generators = {d: DOMAINS[d].synthesizer() for d in domains}
+        self.formats = {d: g.format or DOMAINS[d].format for d, g in self.generators.items()}
+        for d, fmt in self.formats.items():
+            if fmt not in DOMAINS[d].formats:
+                raise ValueError(f"synthetic {d}: format {fmt!r} is not one its environment emits {DOMAINS[d].formats}")
+        self.seed, self.duplicates, self.domains = seed, duplicates, domains
         self.run_id = run_id or f"synth-s{seed}"
         # trajectory ids are unique across seeds even when runs share an id
         self._traj_prefix = self.run_id if run_id is None else f"{run_id}-s{seed}"
         self.min_obs, self.max_obs, self.failed_ratio = min_obs_bytes, max_obs_bytes, failed_ratio
         self.rng = random.Random(seed)
-        makers = _line_makers()
         pool_rng = random.Random(seed ^ 0x5EED)
-        self.pools = {d: [makers[d](pool_rng) for _ in range(pool_size)] for d in self.domains}
+        self.pools = {d: [g.line(pool_rng) for _ in range(pool_size)] for d, g in self.generators.items()}
         self.summary = SynthSummary(self.run_id)
         self._clock = EPOCH + timedelta(days=seed % 28)
 
@@ -353,42 +422,22 @@ class Synthesizer:
             text.volatile(_noise(r, kind, self._clock), kind)
             text.add("\n")
         body, spans = text.build()
-        return Observation.make(body, _FORMATS[domain], extra=extra, spans=spans, truncated=False)
-
-    def _header(self, domain: str, action: Action | None, step: int) -> tuple[str, dict]:
-        if domain == "terminal":
-            cmd = action.args.get("command", "") if action else ""
-            code = 0 if self.rng.random() > 0.15 else self.rng.choice((1, 2, 127))
-            return f"$ {cmd}\n", {"cwd": "/work", "exit_code": code}
-        if domain == "web":
-            page = self.rng.choice(_WORDS)
-            return f"URL: http://127.0.0.1:8080/{page}\nTitle: {page.title()}\n", {"url": f"http://127.0.0.1:8080/{page}"}
-        if domain == "android":
-            return "package=com.example.app activity=.MainActivity orientation=0 size=1080x2400\n", {
-                "package": "com.example.app",
-                "activity": ".MainActivity",
-            }
-        if domain == "os":
-            return 'window "Text Editor" active\n', {"active_window": "Text Editor"}
-        if domain == "mcp":
-            return "[\n" if step else "tools: list, get, create\n", {"server": "stub"}
-        if domain == "swe":
-            return "", {"open_file": f"src/{self.rng.choice(_WORDS)}.py", "cwd": "/work/repo"}
-        return "", {"index": "man-v1", "k1": 1.2, "b": 0.75}
+        return Observation.make(body, self.formats[domain], extra=extra, spans=spans, truncated=False)
 
     def _trajectory(self, domain: str, index: int, steps: int) -> list[Transition]:
         r = self.rng
-        env_id = r.choice(_ENVS[domain])
+        gen = self.generators[domain]
+        env_id = r.choice(gen.env_ids)
         task_id = f"{env_id}/task-{r.randint(0, 199):03d}"
         traj_id = f"{self._traj_prefix}-{index:08d}"
         instruction = f"{_fill(r, '{W} the {v} of {x}')} and report the result."
         prov = self._provenance(r)
-        header, extra = self._header(domain, None, 0)
+        header, extra = gen.header(r, None, 0)
         state = self._observation(domain, header, extra)
         out = []
         for step in range(steps):
-            action = _action(r, domain)
-            header, extra = self._header(domain, action, step + 1)
+            action = gen.action(r, r.choice(_WORDS))
+            header, extra = gen.header(r, action, step + 1)
             failed = r.random() < self.failed_ratio
             next_state = state if failed else self._observation(domain, header, extra)
             last = step == steps - 1

@@ -143,9 +143,11 @@ class SandboxEnv(Environment, SandboxBacked):
         self.sandbox.close()
 
 
+TERMINAL_ACTIONS = ActionSpace("terminal", [RunCommand, SendKeys, Interrupt, WriteFile])
+
+
 class TerminalEnv(SandboxEnv):
     domain = "terminal"
-    action_space = ActionSpace("terminal", [RunCommand, SendKeys, Interrupt, WriteFile])
 
     def _render(
         self, output: str, exit_code: int | None, cwd: str | None, *, running: bool, note: str | None = None

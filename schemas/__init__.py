@@ -1,15 +1,16 @@
-"""Record types of trajforge: the ``Transition`` dataclass, its Arrow schema and versions."""
+"""Record types of trajforge: the ``Transition`` dataclass, its Arrow schema and versions, and the
+registry of domains (``schemas.domains``)."""
 
 from __future__ import annotations
 
 from schemas.arrow import TRANSITION_SCHEMA_V1, from_record_batch, to_record_batch
+from schemas.domains import DomainSpec, domain, register
 from schemas.errors import ConfigError, QueryError, SchemaError, ShardError, StoreError, TrajforgeError
 from schemas.transition import (
     DOMAINS,
     FORMATS,
     VOLATILE_KINDS,
     Action,
-    Domain,
     Observation,
     Provenance,
     Transition,
@@ -30,7 +31,7 @@ __all__ = [
     "VOLATILE_KINDS",
     "Action",
     "ConfigError",
-    "Domain",
+    "DomainSpec",
     "Observation",
     "Provenance",
     "QueryError",
@@ -44,10 +45,12 @@ __all__ = [
     "canonical_json",
     "content_hash",
     "current_version",
+    "domain",
     "from_record_batch",
     "mask_volatile",
     "migrate",
     "normalise_text",
+    "register",
     "schema_for",
     "to_record_batch",
     "transition_id",

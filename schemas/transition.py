@@ -19,23 +19,13 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
+from schemas.domains import NAMES
 from schemas.errors import SchemaError
 
-
-class Domain(StrEnum):
-    MCP = "mcp"
-    SEARCH = "search"
-    TERMINAL = "terminal"
-    SWE = "swe"
-    WEB = "web"
-    OS = "os"
-    ANDROID = "android"
-
-
-DOMAINS: tuple[str, ...] = tuple(d.value for d in Domain)
+#: The registered domain names, in order (a live view of ``schemas.domains.DOMAINS``).
+DOMAINS = NAMES
 
 #: How an observation's text is rendered; a world model is told the format.
 FORMATS: frozenset[str] = frozenset(

@@ -13,7 +13,8 @@ job's ledger records why, and no made-up observation is ever accepted.
 The initial observation comes from the real environment's reset of the task (``reset:
 real``) or from the first state of a recorded trajectory of the task (``reset: recorded``).
 Actions are parsed by the domain's own action space, so a bad action is an
-``action_error`` exactly as in the real environment.
+``action_error`` exactly as in the real environment; the domain's spec (``schemas.domains``)
+gives the usual observation format and the actions that end an episode.
 """
 
 from __future__ import annotations
@@ -28,17 +29,12 @@ from collectors.actions import ActionSpec
 from collectors.env import EnvError, Environment, Task
 from pipelines.release.samples import CLOSE, OPEN, Trajectory, prompts
 from pipelines.release.tokens import PieceCounts
+from schemas.domains import DomainSpec
+from schemas.domains import domain as spec_of
 from schemas.transition import Observation, Provenance, Transition, canonical_json
 from schemas.volatile import detect_spans
 from simulate.backends import Backend, backend_for
 from simulate.config import SimSection
-
-#: The usual format of a domain's step observations (a job's ``sim.format`` overrides it).
-FORMATS = {"terminal": "terminal", "swe": "text", "web": "a11y_tree", "os": "a11y_tree", "android": "uiautomator_xml",
-           "mcp": "text", "search": "text"}  # fmt: skip
-#: Actions after which the real environment ends the episode.
-END_ACTIONS = {"swe": {"submit"}, "web": {"send_msg_to_user"}, "mcp": {"finish"}, "search": {"answer"},
-               "os": {"done", "fail"}, "android": {"answer", "status"}}  # fmt: skip
 
 
 class SimulationError(EnvError):
@@ -76,16 +72,14 @@ class SimEnv(Environment):
                  real: Callable[[], Environment] | None = None,
                  initial: Callable[[Task | None, int | None], Observation] | None = None,
                  backend: Backend | None = None) -> None:  # fmt: skip
-        from collectors.registry import env_class
-
         super().__init__(env_id)
+        self.spec: DomainSpec = spec_of(domain)  # its action space, usual format and end actions
         self.domain, self.options = domain, options
-        self.action_space = env_class(domain).action_space
         self.backend = backend or backend_for(options)
         if self.backend not in _COUNTS:
             _COUNTS[self.backend] = PieceCounts(self.backend.counter())
         self.tokens = _COUNTS[self.backend]
-        self.format = options.format or FORMATS[domain]
+        self.format = options.format or self.spec.format
         self.real_factory, self.initial, self.real_env = real, initial, None
         self.history: list[Transition] = []
         self.seed = 0
@@ -158,7 +152,7 @@ class SimEnv(Environment):
         self.history.append(record)
         info = {"action_ms": (time.perf_counter() - t0) * 1000, "sim": {"attempts": attempt + 1,
                 "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}  # fmt: skip
-        return obs, None, action.kind in END_ACTIONS.get(self.domain, ()), info
+        return obs, None, action.kind in self.spec.end_actions, info
 
     def check_task(self, task: Task) -> tuple[float | None, str]:
         """A simulated world has no state to check: no reward."""

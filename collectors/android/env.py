@@ -22,14 +22,15 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import Field
 
 from collectors.actions import ActionError, ActionSpec
 from collectors.android import actions as A
 from collectors.android.adb import Device, EnvError
 from collectors.android.uitree import centre, parse, render
-from collectors.env import Environment, Task
+from collectors.env import Environment, EnvOptions, Task
 from schemas.transition import Observation, canonical_json
 
 APPS = {"settings": "com.android.settings", "contacts": "com.android.contacts", "notes": "org.trajforge.notes",
@@ -37,28 +38,27 @@ APPS = {"settings": "com.android.settings", "contacts": "com.android.contacts", 
         "files": "com.google.android.documentsui", "messages": "com.google.android.apps.messaging"}  # fmt: skip
 
 
-@dataclass
-class AndroidOptions:
-    serials: list[str] = field(default_factory=list)  # empty: the simulator, or the only device adb lists
+class AndroidOptions(EnvOptions):
+    """Settings of Android episodes (the job's ``android`` section)."""
+
+    serials: list[str] = Field(default_factory=list)  # empty: the simulator, or the only device adb lists
     simulator: bool = False  # start a simulated device for this environment
     adb_port: int | None = None  # default: $ANDROID_ADB_SERVER_PORT or 5037
     screenshot: bool = False
-    obs_cap_chars: int = 20_000
-    dump_retries: int = 3
-    dump_backoff_s: float = 0.2
-    command_timeout_s: float = 30.0
-    settle_s: float = 0.0  # after an action, before reading the screen (real devices animate: 0.5-1 s)
-    apps: dict[str, str] = field(default_factory=dict)  # app name -> package, beside APPS
+    obs_cap_chars: int = Field(20_000, ge=1000)
+    dump_retries: int = Field(3, ge=0)
+    dump_backoff_s: float = Field(0.2, ge=0)
+    command_timeout_s: float = Field(30.0, gt=0)
+    settle_s: float = Field(0.0, ge=0)  # after an action, before reading the screen (real devices animate: 0.5-1 s)
+    apps: dict[str, str] = Field(default_factory=dict)  # app name -> package, beside APPS
 
 
 class AndroidEnv(Environment):
     domain = "android"
-    action_space = A.ANDROID_ACTIONS
     sandbox_backend = "adb"
 
     def __init__(self, sandbox: Any = None, env_id: str = "default", options: AndroidOptions | dict | None = None) -> None:
-        super().__init__(env_id)
-        self.options = options if isinstance(options, AndroidOptions) else AndroidOptions(**(options or {}))
+        super().__init__(env_id, options)
         self.port = self.options.adb_port or int(os.environ.get("ANDROID_ADB_SERVER_PORT", "5037"))
         self.sim = None
         self.device: Device | None = None

@@ -9,6 +9,7 @@ import random
 import re
 from typing import Any
 
+from collectors.explore import Explorer
 from schemas.transition import Observation
 
 APPS = ["Settings", "Contacts", "Notes"]
@@ -37,3 +38,10 @@ def explore_action(rng: random.Random, observation: Observation, apps: list[str]
     if roll < 0.92:
         return {"action": "open_app", "app_name": rng.choice(apps or APPS)}
     return {"action": rng.choice(["navigate_back", "navigate_home"])}
+
+
+class AndroidExplorer(Explorer):
+    """The device's explorer for ``ExplorationPolicy`` (``schemas.domains``)."""
+
+    def explore(self, observation: Observation) -> dict[str, Any]:
+        return explore_action(self.rng, observation)

@@ -23,26 +23,43 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, model_validator
+
 from collectors.actions import ActionError, ActionSpec
-from collectors.env import EnvError, Environment, Task
+from collectors.env import EnvError, Environment, EnvOptions, Task
 from collectors.mcp import servers
-from collectors.mcp.actions import MCP_ACTIONS, CallTool, Finish
+from collectors.mcp.actions import CallTool, Finish
 from collectors.mcp.client import Connection, ServerSpec
 from sandboxes.base import ExecResult
 from schemas.transition import Observation, canonical_json
 from schemas.volatile import detect_spans
 
 
-@dataclass
-class MCPOptions:
-    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # env_id -> {command, args, env} or {url}
-    call_timeout_s: float = 30.0
-    startup_timeout_s: float = 30.0
-    obs_cap_chars: int = 20_000
+class MCPServerOptions(EnvOptions):
+    """A server of the job's own: a command run over stdio, or a streamable HTTP url."""
+
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServerOptions:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (stdio) or url (streamable HTTP)")
+        return self
+
+
+class MCPOptions(EnvOptions):
+    """Settings of MCP episodes (the job's ``mcp`` section); a task's env_id names the server."""
+
+    servers: dict[str, MCPServerOptions] = Field(default_factory=dict)  # env_id -> {command, args, env} or {url}
+    call_timeout_s: float = Field(30.0, gt=0)
+    startup_timeout_s: float = Field(30.0, gt=0)
+    obs_cap_chars: int = Field(20_000, ge=1000)
 
 
 class Workspace:
@@ -120,13 +137,12 @@ def _expand(value: Any, workspace: str) -> Any:
 
 class MCPEnv(Environment):
     domain = "mcp"
-    action_space = MCP_ACTIONS
     sandbox_backend = "mcp"
 
     def __init__(self, sandbox: Any = None, env_id: str = "time", options: MCPOptions | dict | None = None) -> None:
-        super().__init__(env_id)
-        self.options = options if isinstance(options, MCPOptions) else MCPOptions(**(options or {}))
-        self.spec: ServerSpec = servers.server_spec(env_id, self.options.servers)
+        super().__init__(env_id, options)
+        custom = {name: s.model_dump() for name, s in self.options.servers.items()}
+        self.spec: ServerSpec = servers.server_spec(env_id, custom)
         self.home = Path(tempfile.mkdtemp(prefix=f"trajforge-mcp-{env_id}-"))
         self.workspace = self.sandbox = Workspace(self.home / "ws")
         self.conn: Connection | None = None

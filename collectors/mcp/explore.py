@@ -10,6 +10,7 @@ import random
 import re
 from typing import Any
 
+from collectors.explore import Explorer
 from schemas.transition import Observation
 
 WORDS = ["alpha", "report", "budget", "notes", "release", "kettle", "draft", "review", "invoice", "lunch"]
@@ -23,9 +24,9 @@ BY_NAME = {"timezone": ["UTC", "Europe/London", "Asia/Tokyo", "America/New_York"
 _TOOL = re.compile(r"^- ([\w.-]+): .*\n  input: (\{.*\})$", re.M)
 
 
-class MCPExplorer:
+class MCPExplorer(Explorer):
     def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
+        super().__init__(rng)
         self.tools: dict[str, dict[str, Any]] = {}
         self.seen: list[str] = []
 
@@ -68,7 +69,7 @@ class MCPExplorer:
             return r.choice(self.seen)
         return f"{r.choice(WORDS)} {r.randint(1, 99)}"
 
-    def act(self, observation: Observation) -> dict[str, Any] | None:
+    def explore(self, observation: Observation) -> dict[str, Any] | None:
         self._learn(observation.text)
         if not self.tools:
             return None

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import subprocess
 import time
-from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field
+
 from collectors.actions import ActionError, ActionSpec
-from collectors.env import EnvError, Environment, Task
+from collectors.env import EnvError, Environment, EnvOptions, Task
 from collectors.mcp.env import Workspace
 from collectors.os import actions as A
 from collectors.os.session import DesktopSession, wait_for
@@ -49,17 +50,18 @@ def xkey(key: str) -> str:
     return "+".join(KEYS.get(k.strip().lower(), k.strip()) for k in key.split("+"))
 
 
-@dataclass
-class OSOptions:
+class OSOptions(EnvOptions):
+    """Settings of OS (desktop) episodes (the job's ``os`` section)."""
+
     screen: tuple[int, int] = (1280, 800)
-    obs_cap_chars: int = 20_000
+    obs_cap_chars: int = Field(20_000, ge=1000)
     screenshot: bool = False
-    settle_min_s: float = 0.15  # after an action, before the first read
-    settle_timeout_s: float = 3.0  # reads until two agree, at most this long
-    app_timeout_s: float = 15.0  # a task's window must appear within this
-    start_timeout_s: float = 15.0  # X server, buses, window manager
-    check_wait_s: float = 2.0  # a check that fails is retried this long (a file still being written)
-    type_delay_ms: int = 8
+    settle_min_s: float = Field(0.15, ge=0)  # after an action, before the first read
+    settle_timeout_s: float = Field(3.0, gt=0)  # reads until two agree, at most this long
+    app_timeout_s: float = Field(15.0, gt=0)  # a task's window must appear within this
+    start_timeout_s: float = Field(15.0, gt=0)  # X server, buses, window manager
+    check_wait_s: float = Field(2.0, ge=0)  # a check that fails is retried this long (a file still being written)
+    type_delay_ms: int = Field(8, ge=0)  # xdotool's delay between typed keys
 
 
 class SessionFiles(Workspace):
@@ -75,13 +77,10 @@ class SessionFiles(Workspace):
 
 class OSEnv(Environment):
     domain = "os"
-    action_space = A.OS_ACTIONS
     sandbox_backend = "xvfb"
 
     def __init__(self, sandbox: Any = None, env_id: str = "desktop", options: OSOptions | dict | None = None) -> None:
-        super().__init__(env_id)
-        self.options = options if isinstance(options, OSOptions) else OSOptions(**(options or {}))
-        self.options.screen = tuple(self.options.screen)
+        super().__init__(env_id, options)
         self.session: DesktopSession | None = None
         self.tree: dict[str, Any] = {"nodes": [], "windows": [], "active": None}
         r = subprocess.run(["dpkg-query", "-W", "-f", "${Package}=${Version} ", *PACKAGES], capture_output=True, text=True)

@@ -10,6 +10,7 @@ import random
 import re
 from typing import Any
 
+from collectors.explore import Explorer
 from schemas.transition import Observation
 
 CLICKABLE = {"push button", "toggle button", "check box", "radio button", "menu", "menu item", "check menu item",
@@ -58,3 +59,10 @@ def explore_action(rng: random.Random, observation: Observation) -> dict[str, An
     if rng.random() < 0.5:
         return {"action": "scroll", "clicks": rng.choice([-3, 3]), "x": px, "y": py}
     return {"action": "click", "x": px, "y": py}
+
+
+class OSExplorer(Explorer):
+    """The desktop's explorer for ``ExplorationPolicy`` (``schemas.domains``)."""
+
+    def explore(self, observation: Observation) -> dict[str, Any]:
+        return explore_action(self.rng, observation)

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import Field
 
 from collectors.actions import ActionError, ActionSpec
-from collectors.env import Environment, Task
+from collectors.env import Environment, EnvOptions, Task
 from collectors.search import actions as A
 from collectors.search.corpus import Doc, load_corpus, pydoc_corpus
 from collectors.search.index import SearchIndex
@@ -34,14 +35,16 @@ from schemas.transition import Observation
 HINT = "Actions: search(query, top_k), open(doc), find(text), answer(text). Open a result by its id or url."
 
 
-@dataclass
-class SearchOptions:
+class SearchOptions(EnvOptions):
+    """Settings of search episodes (the job's ``search`` section; its paths are relative to the job file)."""
+
+    paths: ClassVar[tuple[str, ...]] = ("corpus", "index_dir")
     corpus: str | None = None  # JSONL or Parquet of {id, url, title, text}; None with env_id pydoc
     index_dir: str | None = None  # default: <cache>/search/<env_id>
-    page_chars: int = 4000
-    snippet_chars: int = 200
-    find_context: int = 80
-    max_find: int = 10
+    page_chars: int = Field(4000, ge=200)
+    snippet_chars: int = Field(200, ge=50)
+    find_context: int = Field(80, ge=0)
+    max_find: int = Field(10, ge=1)
 
 
 def default_index_dir(env_id: str) -> Path:
@@ -63,12 +66,10 @@ def open_index(env_id: str, options: SearchOptions) -> SearchIndex:
 
 class SearchEnv(Environment):
     domain = "search"
-    action_space = A.SEARCH_ACTIONS
     sandbox_backend = "tantivy"
 
     def __init__(self, sandbox: Any = None, env_id: str = "pydoc", options: SearchOptions | dict | None = None) -> None:
-        super().__init__(env_id)
-        self.options = options if isinstance(options, SearchOptions) else SearchOptions(**(options or {}))
+        super().__init__(env_id, options)
         self.index = open_index(env_id, self.options)
         self.image_digest = f"search-index {self.index.version}"
         self.doc: Doc | None = None

@@ -6,7 +6,7 @@ at first it searches words of the question; on a result list it mostly opens a r
 results; on a page it finds a word of the page, searches words from it, or goes back to
 searching; after ``answer_after`` steps (or now and then on a page) it answers with the
 page's title, so episodes end, with rewards of both kinds. ``ExplorationPolicy`` calls it
-for search tasks::
+for search tasks (``SearchExplorer``)::
 
     rng = random.Random(seed)
     action = explore_action(rng, observation, step)   # {"action": "open", "doc": "json.dumps"}
@@ -18,6 +18,7 @@ import random
 import re
 from typing import Any
 
+from collectors.explore import Explorer
 from schemas.transition import Observation
 
 STOPWORDS = {"the", "and", "for", "with", "which", "what", "does", "this", "that", "answer", "from", "module", "function",
@@ -56,3 +57,10 @@ def explore_action(rng: random.Random, observation: Observation, step: int, answ
             return {"action": "search", "query": query}
         return {"action": "answer", "text": extra["doc"].rsplit(".", 1)[0]}
     return {"action": "search", "query": query}
+
+
+class SearchExplorer(Explorer):
+    """Never cut off: it answers at the last step, so every episode ends with a reward."""
+
+    def act(self, observation: Observation, step: int, max_steps: int) -> dict[str, Any]:
+        return explore_action(self.rng, observation, step - 1, answer_after=max_steps - 1)

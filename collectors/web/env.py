@@ -23,12 +23,13 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlparse
 
+from pydantic import Field
+
 from collectors.actions import ActionError, ActionSpec
-from collectors.env import EnvError, Environment, Task
+from collectors.env import EnvError, Environment, EnvOptions, Task
 from collectors.web import actions as A
 from collectors.web.page import SETTLE_JS, WALK_JS
 from schemas.errors import MissingExtraError
@@ -41,15 +42,16 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking
 SYSTEM_CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 
 
-@dataclass
-class WebOptions:
-    allowed_origins: list[str] = field(default_factory=list)  # besides the shipped sites' own origin
+class WebOptions(EnvOptions):
+    """Settings of web episodes (the job's ``web`` section)."""
+
+    allowed_origins: list[str] = Field(default_factory=list)  # besides the shipped sites' own origin
     screenshot: bool = False
     html: bool = False
-    settle_timeout_ms: int = 3000
-    quiet_ms: int = 150
-    obs_cap_chars: int = 20_000
-    action_timeout_ms: int = 5000
+    settle_timeout_ms: int = Field(3000, ge=100)
+    quiet_ms: int = Field(150, ge=0)  # a settled page: this long with a quiet DOM and no request in flight
+    obs_cap_chars: int = Field(20_000, ge=1000)
+    action_timeout_ms: int = Field(5000, ge=100)
     viewport: tuple[int, int] = (1280, 800)
 
 
@@ -99,12 +101,10 @@ def _origin(url: str) -> str:
 
 class WebEnv(Environment):
     domain = "web"
-    action_space = A.WEB_ACTIONS
     sandbox_backend = "playwright"
 
     def __init__(self, sandbox: Any = None, env_id: str = "sites", options: WebOptions | dict | None = None) -> None:
-        super().__init__(env_id)
-        self.options = options if isinstance(options, WebOptions) else WebOptions(**(options or {}))
+        super().__init__(env_id, options)
         self._browser = self._context = self.server = None
         self.page = None
         self.network_errors: list[str] = []

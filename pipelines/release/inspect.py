@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.release.manifest import FileEntry, Release, load, open_release, store_releases
-from pipelines.release.samples import CLOSE, ENVIRONMENTS, OPEN
+from pipelines.release.samples import CLOSE, OPEN
+from schemas.domains import DOMAINS
 from schemas.errors import ShardError, StoreError, one_line
 
 
@@ -96,7 +97,7 @@ def list_releases(store_root: str | os.PathLike[str], on_skip: Callable[[str], N
 
 
 # -- AgentWorldBench export ----------------------------------------------------------------------
-HARNESS_DOMAINS = frozenset(ENVIRONMENTS)  # the harness's subtasks: terminal swe search mcp android web os
+HARNESS_DOMAINS = DOMAINS  # the harness's subtasks: the registered domains (schemas.domains)
 ROWS_PER_BATCH = 256
 
 

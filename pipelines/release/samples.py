@@ -62,19 +62,10 @@ from typing import Any
 
 from pipelines.release.config import MixtureConfig
 from pipelines.release.tokens import PieceCounts
+from schemas.domains import DESCRIPTIONS
 from schemas.transition import Transition
 
-ENVIRONMENTS = {
-    "terminal": "A Linux terminal running bash. An observation is the output of the command followed by the prompt "
-    "line `[exit N] CWD$`.",
-    "swe": "A software repository with tools to view, search and edit files and to run tests. An observation is "
-    "the tool's result.",
-    "web": "A web browser. An observation is the accessibility tree of the page.",
-    "os": "A Linux desktop. An observation is the accessibility tree of the open windows.",
-    "android": "An Android phone. An observation is the screen's UI hierarchy (UIAutomator XML).",
-    "mcp": "A server of MCP tools. An observation is the JSON result of the tool call.",
-    "search": "A search engine. An observation is a page of results.",
-}
+ENVIRONMENTS = DESCRIPTIONS  # domain -> what the environment is, from its spec (schemas.domains)
 OPEN, CLOSE = "<predicted_observation>", "</predicted_observation>"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 LENGTH_REASONS = {
