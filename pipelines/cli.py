@@ -141,15 +141,15 @@ def curate(
     """
     from dataclasses import asdict
 
-    from pipelines.cli_inputs import checked_beam_args, existing_store
+    from pipelines.cli_inputs import checked_beam_args, open_store
     from pipelines.curate.config import load_curation
     from pipelines.progress import quiet, say
 
     cfg = load_curation(config)
-    store = existing_store(store)  # curate() still takes the store's path
+    handle = open_store(store)
     beam_args = checked_beam_args(list(ctx.args))
     with quiet(not verbose):
         from pipelines.curate.run import curate as run
 
-        report = run(cfg, store, beam_args=beam_args, log=say)
+        report = run(cfg, handle, beam_args=beam_args, log=say)
     typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.table())

@@ -16,11 +16,14 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines.release.tokens import CHATML, EOS_TOKEN, PAD_TOKEN  # the one template: releases ship it too
 from schemas.errors import ConfigError, MissingExtraError, TrainingError
 from training.config import ModelSpec, TrainConfig
+
+if TYPE_CHECKING:
+    from pipelines.store import Store
 
 # A tiny Qwen3 (the architecture of the user's reference model) unless model.init says otherwise.
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -52,7 +55,7 @@ class Release:
         return self.checked[(stage, split)]
 
 
-def release_stages(store: str, release: str, split: str) -> list[str]:
+def release_stages(store: Store | str, release: str, split: str) -> list[str]:
     """The stages of release ``NAME/VERSION`` that have this split, from its manifest."""
     from pipelines.release import manifest
 
@@ -60,7 +63,7 @@ def release_stages(store: str, release: str, split: str) -> list[str]:
     return sorted({f.stage for f in rel.manifest.files if f.stage and f.split == split})
 
 
-def open_release(store: str, release: str, stage: str, split: str) -> Release:
+def open_release(store: Store | str, release: str, stage: str, split: str) -> Release:
     """Release ``NAME/VERSION`` of a store, its ``stage``/``split`` files hashed against the
     manifest (a changed, missing or extra file is a one-line ShardError naming it)."""
     from pipelines.release import manifest

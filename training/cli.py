@@ -23,7 +23,7 @@ def _train(stage: str, config: str, store: str | None, release: str | None, outp
            as_json: bool) -> None:  # fmt: skip
     from dataclasses import asdict
 
-    from pipelines.cli_inputs import existing_store
+    from pipelines.cli_inputs import open_store
     from pipelines.progress import progress
     from training.config import load_train_config
     from training.train import run
@@ -31,11 +31,10 @@ def _train(stage: str, config: str, store: str | None, release: str | None, outp
     cfg = load_train_config(config, stage)
     checkpoint = None if model is None else {**cfg.model.model_dump(), "path": model, "init": None}
     cfg = cfg.override(store=store, release=release, output=output, model=checkpoint)
-    if cfg.store is not None:
-        existing_store(cfg.store, "--store" if store is not None else f"{config}: store")
+    handle = None if cfg.store is None else open_store(cfg.store, "--store" if store is not None else f"{config}: store")
     total = cfg.train.max_steps if cfg.train.max_steps > 0 else None
     with progress(f"train {stage}", total) as update:
-        report = run(cfg, progress_update=update)
+        report = run(cfg, store=handle, progress_update=update)
     if as_json:
         typer.echo(json.dumps({k: v for k, v in asdict(report).items() if k != "log_history"}, indent=1, default=str))
         return
@@ -90,19 +89,19 @@ def eval_(
     """World-model fidelity per domain: format, masked exact match, chrF, ROUGE-L, JSON F1, open-loop drift."""
     from dataclasses import asdict
 
-    from pipelines.cli_inputs import existing_store
+    from pipelines.cli_inputs import open_store
     from schemas.errors import ConfigError
     from training.config import RELEASE, EvalSpec, Judge
     from training.evaluate import evaluate, table, write
 
-    store = existing_store(store)
+    handle = open_store(store)
     if not re.match(RELEASE, release):
         raise ConfigError(f"--release {release}: expected NAME/VERSION (letters, digits, '.', '_', '-')")
     if (judge_url is None) != (judge_model is None):
         raise ConfigError("--judge-url and --judge-model go together")
     spec = EvalSpec(max_samples=max_samples, max_new_tokens=max_new_tokens, rollout_steps=rollout_steps, rollouts=rollouts)
     judge = Judge(base_url=judge_url, model=judge_model) if judge_url else None
-    report = evaluate(model, store, release, split, spec, judge, log=lambda m: print(m, file=sys.stderr, flush=True))
+    report = evaluate(model, handle, release, split, spec, judge, log=lambda m: print(m, file=sys.stderr, flush=True))
     if out:
         write(report, out)
     typer.echo(json.dumps(asdict(report), indent=1) if as_json else table(report))

@@ -20,12 +20,15 @@ import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines.release.samples import unwrap, wrap
 from training.assets import load_split, need, open_release, release_stages
 from training.config import EvalSpec, Judge, ModelSpec, TrainConfig
 from training.metrics import json_f1, mask, parse_completion, rouge_l, rule_score
+
+if TYPE_CHECKING:
+    from pipelines.store import Store
 
 
 @dataclass
@@ -38,7 +41,7 @@ class EvalReport:
     judge: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def _load_records(store: str, release: str, split: str) -> list[dict[str, Any]]:
+def _load_records(store: Store, release: str, split: str) -> list[dict[str, Any]]:
     """The RL records (ground truth, format, volatile spans); the SFT ones when there are none."""
     stage = "rl" if "rl" in release_stages(store, release, split) else "sft"
     rel = open_release(store, release, stage, split)
@@ -124,10 +127,12 @@ def open_loop_prompt(chain: list[dict[str, Any]], k: int, preds: list[str]) -> l
     return messages
 
 
-def evaluate(model_dir: str, store: str, release: str, split: str = "test", spec: EvalSpec | None = None,
+def evaluate(model_dir: str, store: Store | str, release: str, split: str = "test", spec: EvalSpec | None = None,
              judge: Judge | None = None, log=lambda m: None) -> EvalReport:  # fmt: skip
+    from pipelines.store import Store
+
     spec = spec or EvalSpec()
-    records = _load_records(store, release, split)
+    records = _load_records(Store.open(store), release, split)
     gen = Generator(model_dir, spec.max_new_tokens)
     picked: dict[str, list] = defaultdict(list)
     for r in records:

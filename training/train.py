@@ -25,11 +25,14 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schemas.errors import ConfigError, TrainingError
 from training.assets import check_model, load_model, load_split, load_tokenizer, need, open_release, tokenizer_source
 from training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from pipelines.store import Store
 
 REPORT = "training_report.json"
 
@@ -145,12 +148,13 @@ def sft_trainer(cfg: TrainConfig, rel, tokenizer, model, common: dict[str, Any],
     return trainer, ds, left_out
 
 
-def prepare(cfg: TrainConfig):
-    """Every check and load that can fail, before any training: release, stage, tokenizer, model."""
+def prepare(cfg: TrainConfig, store: Store | None = None):
+    """Every check and load that can fail, before any training: release, stage, tokenizer,
+    model. ``store`` is the handle of ``cfg.store`` when the caller opened it already."""
     missing = cfg.missing()
     if missing:
         raise ConfigError(f"training config: {', '.join(missing)} not set (in the file or as --{missing[0]})")
-    rel = open_release(cfg.store, cfg.release, cfg.stage, cfg.split)
+    rel = open_release(store or cfg.store, cfg.release, cfg.stage, cfg.split)
     if Path(cfg.output, REPORT).exists():
         raise ConfigError(f"{cfg.output}: holds a finished run ({REPORT}); choose another --output")
     check_model(cfg.model)
@@ -158,12 +162,15 @@ def prepare(cfg: TrainConfig):
     return rel, tokenizer
 
 
-def run(cfg: TrainConfig, *, progress_update=lambda step, info="": None, extra_callbacks=()) -> TrainReport:
+def run(
+    cfg: TrainConfig, *, store: Store | None = None, progress_update=lambda step, info="": None, extra_callbacks=()
+) -> TrainReport:
+    """Train ``cfg.stage`` on the release (of ``store``, the opened ``cfg.store``, when given)."""
     torch = need("torch")
     trl = need("trl")
     need("datasets").disable_progress_bars()
     need("transformers").utils.logging.disable_progress_bar()
-    rel, tokenizer = prepare(cfg)
+    rel, tokenizer = prepare(cfg, store)
     output = cfg.output
     use_cpu = not torch.cuda.is_available()
     bf16 = (not use_cpu and torch.cuda.is_bf16_supported()) if cfg.train.bf16 == "auto" else bool(cfg.train.bf16)

@@ -56,13 +56,13 @@ class ReadChunks(beam.DoFn):
     """(piece index, path or (path, row span)) -> trajectory chunks; bad shards and
     records go to ``quarantine``. With ``done_dir``, an empty file per piece read."""
 
-    def __init__(self, store: str, cfg: CurationConfig, done_dir: str | None = None) -> None:
-        self.store, self.cfg, self.done_dir = store, cfg, done_dir
+    def __init__(self, store_uri: str, cfg: CurationConfig, done_dir: str | None = None) -> None:
+        self.store_uri, self.cfg, self.done_dir = store_uri, cfg, done_dir
 
     def setup(self) -> None:
-        from pipelines.store.fs import StoreFS
+        from pipelines.store import Store
 
-        self.sfs = StoreFS.open(self.store)
+        self.sfs = Store.open(self.store_uri).sfs
         d = self.cfg.decontaminate
         self.index = logic.EvalIndex.from_files(d.eval_sets, d.ngram) if d.enabled and d.eval_sets else None
 
@@ -309,7 +309,7 @@ def mark_steps(item, mark_repeats: bool, threshold: float):
         yield d
 
 
-def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: CurationConfig,
+def build(pipeline, shard_paths: list[str] | dict[int, str], store_uri: str, cfg: CurationConfig,
           previous: dict[str, list[str]] | None = None, done_dir: str | None = None):  # fmt: skip
     """The pass-1 graph: shard paths -> (one ``Decision`` per transition, quarantine
     included; ``TrajectorySummary`` of the trajectories this pass keeps). ``previous`` names
@@ -320,7 +320,7 @@ def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: Cu
         pipeline
         | "ShardPaths" >> beam.Create(items)
         | "Reshuffle" >> beam.Reshuffle()
-        | "Read" >> beam.ParDo(ReadChunks(store, cfg, done_dir)).with_outputs(QUARANTINE, main="chunks")
+        | "Read" >> beam.ParDo(ReadChunks(store_uri, cfg, done_dir)).with_outputs(QUARANTINE, main="chunks")
     )
     trajectories = (
         read.chunks
@@ -359,31 +359,42 @@ def build(pipeline, shard_paths: list[str] | dict[int, str], store: str, cfg: Cu
     return (marked, read[QUARANTINE]) | "WithQuarantine" >> beam.Flatten(), decided.kept
 
 
-class WriteShards(beam.PTransform):
-    """Decisions and kept summaries grouped by piece -> that piece's outputs
+class WriteShard(beam.DoFn):
+    """(piece index, its decisions and kept summaries) -> that piece's outputs
     (``pipelines.curate.output.write_shard``); yields the piece index when done."""
 
-    def __init__(self, store: str, paths: dict[int, tuple[str, Any]], work: str, cid: str, cfg: CurationConfig) -> None:
+    def __init__(self, store_uri: str, paths: dict[int, tuple[str, Any]], work: str, cid: str, cfg: CurationConfig) -> None:
+        self.store_uri, self.paths, self.work, self.cid, self.cfg = store_uri, paths, work, cid, cfg
+
+    def setup(self) -> None:
+        from pipelines.store import Store
+
+        self.store = Store.open(self.store_uri)
+
+    def process(self, item: tuple[int, dict[str, Any]]) -> Iterator[int]:
+        from pipelines.curate.output import write_shard
+
+        shard, grouped = item
+        path, span = self.paths[shard]
+        decisions, kept = list(grouped["decisions"]), list(grouped["kept"])
+        write_shard(self.store, path, shard, self.work, self.cid, self.cfg, decisions, kept, span)
+        yield shard
+
+
+class WriteShards(beam.PTransform):
+    """Decisions and kept summaries grouped by piece -> that piece's outputs (``WriteShard``)."""
+
+    def __init__(self, store_uri: str, paths: dict[int, tuple[str, Any]], work: str, cid: str, cfg: CurationConfig) -> None:
         super().__init__()
-        self.args = (store, paths, work, cid, cfg)
+        self.write = WriteShard(store_uri, paths, work, cid, cfg)
 
     def expand(self, pcolls):
         decisions, kept = pcolls
-        store, paths, work, cid, cfg = self.args
-
-        def write(item):
-            from pipelines.curate.output import write_shard
-
-            shard, grouped = item
-            path, span = paths[shard]
-            write_shard(store, path, shard, work, cid, cfg, list(grouped["decisions"]), list(grouped["kept"]), span)
-            yield shard
-
         return (
             {
                 "decisions": decisions | "DecisionsByShard" >> beam.Map(lambda d: (d.shard, d)),
                 "kept": kept | "KeptByShard" >> beam.Map(lambda s: (s.shard, s)),
             }
             | "GroupByShard" >> beam.CoGroupByKey()
-            | "WriteShard" >> beam.FlatMap(write)
+            | "WriteShard" >> beam.ParDo(self.write)
         )

@@ -6,11 +6,12 @@ writes, under ``<work>/out/NNNNNN/``: the scrubbed kept and rejected transitions
 store's own writer, so shards, manifests and checksums are the collection format), their
 attributes, the kept steps' and trajectories' index rows and the piece's counts. Every
 file depends only on that piece and its decisions, so a retried bundle rewrites the same
-bytes. ``finalise`` (the driver, after the last pass) moves the shards into
-``curated/<id>/<domain>/`` and ``rejected/<id>/<domain>/`` in input order, writes their
-manifests, joins the attributes into one ``attributes.parquet`` per tree and the index
-into ``curated/_index/<id>/``, and sums the counts; nothing holds more than one piece's
-rows at a time.
+bytes. ``finalise`` (the driver, after the last pass) gathers the shards of each tree and
+domain in input order into one local folder with its manifest and publishes it
+(``publish_tree``) as ``curated/<id>/<domain>/`` or ``rejected/<id>/<domain>/``, joins the
+attributes into one ``attributes.parquet`` per tree and the index into
+``curated/_index/<id>/``, and sums the counts; nothing holds more than one piece's rows
+at a time.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ import pyarrow.parquet as pq
 from pipelines.curate.config import CurationConfig
 from pipelines.curate.records import Decision, TrajectorySummary
 from pipelines.curate.scrub import scrub_transition, secret_rows
-from pipelines.store import StoreWriter, read_shard
-from pipelines.store.fs import LOCAL, StoreFS
-from pipelines.store.layout import part_name, run_dir
+from pipelines.store import Store, StoreWriter, read_shard
+from pipelines.store.fs import LOCAL
+from pipelines.store.layout import part_name
 from pipelines.store.manifest import RunManifest
+from pipelines.store.publish import publish_tree
 from pipelines.tally import Tally
 from schemas.arrow import from_record_batch, to_record_batch
 from schemas.errors import ShardError
@@ -56,7 +58,7 @@ def shard_dir(work: str, shard: int) -> Path:
     return Path(work) / "out" / f"{shard:06d}"
 
 
-def write_shard(store: str, path: str, shard: int, work: str, cid: str, cfg: CurationConfig,
+def write_shard(store: Store, path: str, shard: int, work: str, cid: str, cfg: CurationConfig,
                 decisions: list[Decision], kept: list[TrajectorySummary], span=None) -> None:  # fmt: skip
     out = shard_dir(work, shard)
     shutil.rmtree(out, ignore_errors=True)
@@ -68,7 +70,7 @@ def write_shard(store: str, path: str, shard: int, work: str, cid: str, cfg: Cur
         else:
             by_tid[d.transition_id] = d
     tally = CurationTally()
-    sfs = StoreFS.open(store)
+    sfs = store.sfs
     kinds = cfg.scrub.kinds if cfg.scrub.enabled else []
     try:
         with StoreWriter(str(out), cid, kind="curated") as kept_w, StoreWriter(str(out), cid, kind="rejected") as rej_w:
@@ -125,29 +127,36 @@ def index_files(work: str, shards: list[int]) -> dict[str, list[str]]:
     return {kind: [str(shard_dir(work, i) / f"{kind}.parquet") for i in shards] for kind in ("traj", "steps")}
 
 
-def finalise(store: str, work: str, cid: str, shards: int) -> CurationTally:
+def finalise(store: Store | str, work: str, cid: str, shards: int) -> CurationTally:
     """Put the per-shard outputs together (see the module docstring); the summed counts.
-    ``work`` is a local folder; on an object store each file is uploaded as one object and
-    the manifests follow their shards."""
-    sfs = StoreFS.open(store)
+    ``work`` is a local folder; each run folder is gathered in ``<work>/publish/`` and
+    published whole, its manifest last (``publish_tree``: a rename on a local store, one
+    object per file on an object store)."""
+    store = Store.open(store)
+    sfs, layout = store.sfs, store.layout
     total = CurationTally()
     for tree in TREES:
-        manifests: dict[str, RunManifest] = {}
+        gathered: dict[str, tuple[Path, RunManifest]] = {}
         for i in range(shards):
             src = shard_dir(work, i) / tree / cid
             for domain_dir in sorted(src.iterdir()) if src.is_dir() else ():
                 m = RunManifest.load(LOCAL, str(domain_dir))
-                dest = manifests.setdefault(domain_dir.name, RunManifest(domain_dir.name, cid, kind=tree, closed=True))
-                final = run_dir(sfs, tree, domain_dir.name, cid)
-                sfs.makedirs(final)
+                domain = domain_dir.name
+                folder, dest = gathered.setdefault(
+                    domain, (Path(work) / "publish" / tree / domain, RunManifest(domain, cid, kind=tree, closed=True))
+                )
+                folder.mkdir(parents=True, exist_ok=True)
                 for entry in m.shards if m else ():
                     name = part_name(len(dest.shards))
-                    sfs.publish(str(domain_dir / entry.path), f"{final}/{name}")
+                    LOCAL.publish(str(domain_dir / entry.path), str(folder / name))
                     dest.shards.append(replace(entry, path=name))
-        for domain, m in manifests.items():
-            m.save(sfs, run_dir(sfs, tree, domain, cid))
-        sfs.makedirs(sfs.join(tree, cid))
-        attributes = sfs.join(tree, cid, "attributes.parquet")
+        for domain, (folder, m) in gathered.items():
+            m.save(LOCAL, str(folder))
+            # curate() cleared this curation's folders first and is their only writer: an
+            # earlier attempt's folder cannot be there, and clear drops a killed upload's objects
+            publish_tree(sfs, folder, layout.run_dir(tree, domain, cid), clear=True)
+        sfs.makedirs(layout.curation_dir(cid, tree))
+        attributes = layout.curation_attributes(cid, tree)
         with pq.ParquetWriter(attributes, ATTRIBUTES, compression="zstd", filesystem=sfs.fs) as w:
             for i in range(shards):
                 part = shard_dir(work, i) / f"attributes-{tree}.parquet"
@@ -155,7 +164,7 @@ def finalise(store: str, work: str, cid: str, shards: int) -> CurationTally:
                     table = pq.read_table(part)
                     if table.num_rows:
                         w.write_table(table)
-    index = sfs.join("curated", "_index", cid)
+    index = layout.index_dir(cid)
     sfs.makedirs(index)
     for i in range(shards):
         d = shard_dir(work, i)

@@ -41,7 +41,7 @@ from pipelines.curate import output
 from pipelines.curate.config import CurationConfig
 from pipelines.progress import watch
 from pipelines.store import Store
-from pipelines.store.fs import LOCAL, StoreFS
+from pipelines.store.fs import LOCAL
 
 STAGES = ("validate", "decontaminate", "quality", "exact_dedup", "near_dedup")
 
@@ -85,15 +85,16 @@ class CurationReport:
         return "\n".join(lines)
 
 
-def _index_markers(sfs: StoreFS) -> list[str]:
+def _index_markers(store: Store) -> list[str]:
     """``curated/_index/<id>.json`` of every finished curation (written after its index files)."""
-    return [i.path for i in sfs.listdir(sfs.join("curated", "_index")) if i.base_name.endswith(".json") and i.type.name == "File"]
+    found = store.sfs.listdir(store.layout.index_root())
+    return [i.path for i in found if i.base_name.endswith(".json") and i.type.name == "File"]
 
 
-def _curated_inputs(sfs: StoreFS) -> set[str]:
+def _curated_inputs(store: Store) -> set[str]:
     done: set[str] = set()
-    for path in _index_markers(sfs):
-        done.update(json.loads(sfs.read_bytes(path))["inputs"])
+    for path in _index_markers(store):
+        done.update(json.loads(store.sfs.read_bytes(path))["inputs"])
     return done
 
 
@@ -108,7 +109,7 @@ class Input(NamedTuple):
 
 def plan_inputs(store: Store, cfg: CurationConfig) -> list[Input]:
     """The raw shards this curation takes, in path order."""
-    done = _curated_inputs(store.sfs)
+    done = _curated_inputs(store)
     picked = []
     for shard in store.readable_shards("raw"):
         if cfg.domains and shard.run.domain not in cfg.domains:
@@ -219,12 +220,13 @@ def curation_id(cfg: CurationConfig, inputs: list[Input]) -> str:
     return f"{cfg.name}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
 
-def _previous_index(sfs: StoreFS, work: str) -> dict[str, list[str]]:
+def _previous_index(store: Store, work: str) -> dict[str, list[str]]:
     """Local paths of the index files of every finished earlier curation of this store (its
     ``<id>.json`` marker is written last: a killed curation's files are not read). An object
     store's index files are fetched into ``work`` first (small: ~1 KB a kept trajectory)."""
+    sfs = store.sfs
     found: dict[str, list[str]] = {"traj": [], "steps": []}
-    for marker in _index_markers(sfs):
+    for marker in _index_markers(store):
         for path in sfs.files(marker[: -len(".json")]):
             kind = posixpath.basename(path).split("-", 1)[0]
             if kind in found and path.endswith(".parquet"):
@@ -245,7 +247,9 @@ def _previous_index(sfs: StoreFS, work: str) -> dict[str, list[str]]:
 def run_pass(reads: dict[int, tuple], store_uri: str, cfg: CurationConfig, previous: dict[str, list[str]],
              every_read: dict[int, tuple], work: str, cid: str, beam_args: list[str] | None) -> dict[str, int]:  # fmt: skip
     """One Beam pass over some pieces; the counts of earlier index rows it read and matched.
-    Each piece read leaves an empty file in ``<work>/read/`` (the driver's progress)."""
+    Each piece read leaves an empty file in ``<work>/read/`` (the driver's progress).
+    The store goes by its URI: a pass may run in a process of its own, and Beam's workers
+    open their own handle from it (``beam.ReadChunks.setup``)."""
     import apache_beam as beam
 
     from pipelines.beam_options import beam_options
@@ -285,13 +289,14 @@ def _in_own_process(fn, *args):
         return pool.submit(fn, *args).result()
 
 
-def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None = None, log=print) -> CurationReport:
-    store = Store(store_uri)
-    sfs = store.sfs
+def curate(cfg: CurationConfig, store: Store | str, *, beam_args: list[str] | None = None, log=print) -> CurationReport:
+    """Curate the store's raw shards not curated yet (see the module docstring)."""
+    store = Store.open(store)
+    sfs, layout = store.sfs, store.layout
     inputs = plan_inputs(store, cfg)
     cid = curation_id(cfg, inputs)
-    out_dir = sfs.join("curated", cid)
-    report_path = f"{out_dir}/report.json"
+    out_dir = layout.curation_dir(cid)
+    report_path = layout.curation_report(cid)
     if sfs.exists(report_path):
         report = CurationReport(**json.loads(sfs.read_bytes(report_path)))
         report.noop = True
@@ -301,7 +306,7 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     report = CurationReport(cid, cfg.name, inputs=len(inputs))
     # Beam's per-piece outputs: in the store (local) or the store's local state folder (object stores)
     work = Path(sfs.local_path(f"{out_dir}/_work"))
-    for leftover in (out_dir, sfs.join("rejected", cid), sfs.join("curated", "_index", cid)):
+    for leftover in (out_dir, layout.curation_dir(cid, "rejected"), layout.index_dir(cid)):
         sfs.rmtree(leftover)  # an unfinished earlier try of this curation starts over
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -309,13 +314,13 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
     reads = {k: (sfs.join(inputs[p.input].path), p.span()) for k, p in enumerate(pieces)}
 
     t0 = time.monotonic()
-    previous = _previous_index(sfs, str(work))
+    previous = _previous_index(store, str(work))
     groups = pass_groups(pieces, cfg.max_transitions_per_pass)
     (work / "read").mkdir()
     for g, group in enumerate(groups):
         rows = sum(pieces[k].rows for k in group)
         log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} pieces of shards ({rows} transitions)")
-        args = ({k: reads[k] for k in group}, store_uri, cfg, previous, reads, str(work), cid, beam_args)
+        args = ({k: reads[k] for k in group}, store.uri, cfg, previous, reads, str(work), cid, beam_args)
         read_so_far, written = _pass_counters(work, {k: pieces[k].rows for k in group})
         with watch(f"curate pass {g + 1}/{len(groups)}", rows, read_so_far, unit="transitions", info=written):
             counts = run_pass(*args) if len(groups) == 1 else _in_own_process(run_pass, *args)
@@ -326,13 +331,13 @@ def curate(cfg: CurationConfig, store_uri: str, *, beam_args: list[str] | None =
 
     t1 = time.monotonic()
     log(f"curation {cid}: putting {len(inputs)} shards' outputs together")
-    tally = output.finalise(store_uri, str(work), cid, len(pieces))
+    tally = output.finalise(store, str(work), cid, len(pieces))
     report.transitions_in, report.kept, report.rejected = tally.transitions_in, tally.kept, tally.rejected
     report.marked_duplicate_steps = tally.repeats
     report.by_stage, report.by_reason, report.by_domain = dict(tally.stage), dict(tally.reason), tally.domain
     report.flags, report.scrubbed, report.cluster_sizes = dict(tally.flags), dict(tally.scrubbed), tally.cluster_sizes()
     marker = json.dumps({"inputs": [item.path for item in inputs]}, indent=1).encode()
-    sfs.write_bytes_atomic(sfs.join("curated", "_index", f"{cid}.json"), marker)
+    sfs.write_bytes_atomic(layout.index_marker(cid), marker)
     shutil.rmtree(work)
     report.seconds["finalise"] = time.monotonic() - t1
     report.seconds["total"] = time.monotonic() - t0

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from pipelines.release import card, mixture, passes, simulated
 from pipelines.release.config import MixtureConfig
-from pipelines.release.inputs import curations, excluded_ids, input_hash, input_shards, split_trajectories
-from pipelines.release.layout import ROWS_PER_FILE, SCHEMAS, data_files, length_summary, token_lengths
+from pipelines.release.inputs import curations, input_hash, input_shards, split_trajectories
+from pipelines.release.layout import ROWS_PER_FILE, data_files, length_summary, token_lengths
 from pipelines.release.lineage import build_manifest, lineage_of, write_json
 from pipelines.release.manifest import NAME
 from pipelines.release.mixture import StagePlan
@@ -37,14 +37,12 @@ from pipelines.release.tokens import load_tokenizer, ship_tokenizer
 from pipelines.store import Store
 from schemas.errors import ConfigError
 
-# SCHEMAS and excluded_ids are read from here by pipelines/release/inspect.py and
-# tests/pipelines/curate/test_reasons.py; they live in layout and inputs.
-__all__ = ["SCHEMAS", "ReleaseReport", "create_release", "excluded_ids"]
+__all__ = ["ReleaseReport", "create_release"]
 
 
 def create_release(
     cfg: MixtureConfig,
-    store_uri: str,
+    store: Store | str,
     name: str,
     version: str,
     *,
@@ -60,16 +58,16 @@ def create_release(
         if not NAME.match(part):
             raise ConfigError(f"release name and version must be letters, digits, '.', '_' or '-': {part!r}")
     load_tokenizer(cfg.tokenizer)  # a tokenizer that cannot load stops us before any work
-    store = Store(store_uri)
+    store = Store.open(store)
     cids = curations(store, cfg)
     digests: dict[str, str] = {}
     shards = input_shards(store, cids, digests)
     key = input_hash(store, cfg, cids, shards, digests, name, version, rows_per_file)
-    final = store.sfs.join("releases", name, version)
+    final = store.layout.release_dir(name, version)
     if (done := unchanged_release(store, final, key, ReleaseReport(name, version, store.sfs.uri(final)))) is not None:
         return done  # built from exactly these inputs already: nothing to do
     cfg = simulated.resolve(cfg, store, shards)  # use: cap counts simulated trajectories once
-    releases = Path(store.sfs.local_path(store.sfs.join("releases", name)))  # object stores: built locally
+    releases = Path(store.sfs.local_path(store.layout.release_dir(name)))  # object stores: built locally
     tmp = releases / f".{version}.building"
     shutil.rmtree(tmp, ignore_errors=True)
     work = tmp / "_work"
@@ -78,7 +76,7 @@ def create_release(
 
     spanning = split_trajectories(store, shards)
     log(f"release {name} {version}: samples from {len(shards)} curated shards of {len(cids)} curations")
-    graph.sample_pass(shards, store_uri, config, work, spanning, beam_args)
+    graph.sample_pass(shards, store.uri, config, work, spanning, beam_args)
     stats = Stats()
     for path in sorted(work.glob("stats-*.json")):
         stats.merge(json.loads(path.read_text()))

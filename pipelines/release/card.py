@@ -250,7 +250,7 @@ def _length_lines(cfg: MixtureConfig, report) -> list[str]:
 def write_card(root: Path, cfg: MixtureConfig, name: str, version: str, report, stats, plans, store, cids) -> None:
     drops: dict[str, int] = {}
     for cid in cids:
-        r = json.loads(store.sfs.read_bytes(store.sfs.join("curated", cid, "report.json")))
+        r = json.loads(store.sfs.read_bytes(store.layout.curation_report(cid)))
         for reason, n in r.get("by_reason", {}).items():
             drops[reason] = drops.get(reason, 0) + n
     licenses = dict(getattr(stats, "licenses", {}) or {})

@@ -32,17 +32,17 @@ def create(
     """
     from dataclasses import asdict
 
-    from pipelines.cli_inputs import checked_beam_args, existing_store
+    from pipelines.cli_inputs import checked_beam_args, open_store
     from pipelines.progress import quiet, say
     from pipelines.release.config import load_mixture
 
     cfg = load_mixture(mixture, store)
-    store = existing_store(store)
+    handle = open_store(store)
     beam_args = checked_beam_args(list(ctx.args))
     with quiet(not verbose):
         from pipelines.release.build import create_release
 
-        report = create_release(cfg, store, name, version, beam_args=beam_args, log=say)
+        report = create_release(cfg, handle, name, version, beam_args=beam_args, log=say)
     typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.summary())
 
 
@@ -132,10 +132,10 @@ def distill(
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many texts (the last shard may be cut).")] = None,
 ) -> None:
     """Fill the reasoning that SFT completions carry before the predicted observation."""
-    from pipelines.cli_inputs import existing_store
+    from pipelines.cli_inputs import open_store
     from pipelines.release.distill import distill as run
 
-    r = run(existing_store(store), curation, model=model, base_url=base_url, api_key_env=api_key_env, limit=limit, log=_log)
+    r = run(open_store(store), curation, model=model, base_url=base_url, api_key_env=api_key_env, limit=limit, log=_log)
     typer.echo(f"{r.written} reasoning texts in {r.shards} shard files ({r.skipped_shards} shards already done)")
 
 

@@ -38,16 +38,16 @@ class DistillReport:
     written: int = 0
 
 
-def distill(store_uri: str, curation_id: str, *, model: str, base_url: str, api_key_env: str = "OPENAI_API_KEY",
+def distill(store: Store | str, curation_id: str, *, model: str, base_url: str, api_key_env: str = "OPENAI_API_KEY",
             max_words: int = 80, limit: int | None = None, retries: int = 4, log=print) -> DistillReport:  # fmt: skip
     from llm.chat import post_chat
     from schemas.arrow import from_record_batch
 
-    store = Store(store_uri)
+    store = Store.open(store)
     shards = sorted(s.path for s in store.readable_shards("curated") if s.run.run_id == curation_id)
     if not shards:
-        raise ConfigError(f"--curation: {curation_id!r} has no curated shards in {store_uri}")
-    excluded = excluded_ids(store_uri, curation_id)
+        raise ConfigError(f"--curation: {curation_id!r} has no curated shards in {store.uri}")
+    excluded = excluded_ids(store, curation_id)
     api_key = os.environ.get(api_key_env, "")
     report = DistillReport()
     budget = limit

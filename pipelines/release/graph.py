@@ -23,17 +23,19 @@ from pipelines.release import passes
 from pipelines.release.config import SPLITS, MixtureConfig
 from pipelines.release.inputs import excluded_ids
 from pipelines.release.stats import Stats
+from pipelines.store import Store
 
 
 class _Samples(beam.DoFn):
     """A DoFn that writes samples: the mixture config and a token counter per worker."""
 
-    def __init__(self, store: str, config: dict[str, Any], work: str) -> None:
-        self.store, self.config, self.work = store, config, work
+    def __init__(self, store_uri: str, config: dict[str, Any], work: str) -> None:
+        self.store_uri, self.config, self.work = store_uri, config, work
 
     def setup(self) -> None:
         from pipelines.release.tokens import PieceCounts, load_tokenizer
 
+        self.store = Store.open(self.store_uri)  # one handle per worker
         self.cfg = MixtureConfig.model_validate(self.config)
         self.tokens = PieceCounts(load_tokenizer(self.cfg.tokenizer))
 
@@ -42,8 +44,8 @@ class BuildShardSamples(_Samples):
     """(index, (curation id, shard path)) -> ``<work>/<stage>/<index>.parquet``; yields the
     rows of trajectories in ``spanning`` keyed by trajectory id."""
 
-    def __init__(self, store: str, config: dict[str, Any], work: str, spanning: set[str]) -> None:
-        super().__init__(store, config, work)
+    def __init__(self, store_uri: str, config: dict[str, Any], work: str, spanning: set[str]) -> None:
+        super().__init__(store_uri, config, work)
         self.spanning = spanning
 
     def setup(self) -> None:
@@ -70,20 +72,20 @@ class ShardSamples(beam.PTransform):
     """Pass 1 over (index, (curation id, shard path)) elements: every shard's samples and the
     spanning trajectories' ones in ``work``; the output holds the spanning files' names."""
 
-    def __init__(self, store: str, config: dict[str, Any], work: str, spanning: set[str]) -> None:
+    def __init__(self, store_uri: str, config: dict[str, Any], work: str, spanning: set[str]) -> None:
         super().__init__()
-        self.store, self.config, self.work, self.spanning = store, config, work, spanning
+        self.store_uri, self.config, self.work, self.spanning = store_uri, config, work, spanning
 
     def expand(self, shards):
         away = (
             shards
             | "Reshuffle" >> beam.Reshuffle()
-            | "BuildShardSamples" >> beam.ParDo(BuildShardSamples(self.store, self.config, self.work, self.spanning))
+            | "BuildShardSamples" >> beam.ParDo(BuildShardSamples(self.store_uri, self.config, self.work, self.spanning))
         )
         return (
             away
             | "ByTrajectory" >> beam.GroupByKey()
-            | "BuildSpanning" >> beam.ParDo(BuildSpanning(self.store, self.config, self.work))
+            | "BuildSpanning" >> beam.ParDo(BuildSpanning(self.store_uri, self.config, self.work))
         )
 
 

@@ -29,9 +29,9 @@ INPUTS = "trajforge.release-inputs/1"
 
 def curations(store: Store, cfg: MixtureConfig) -> list[str]:
     """The finished curations (a ``report.json`` written) that the mixture names, or all of them."""
-    sfs = store.sfs
-    done = sorted(i.base_name for i in sfs.listdir(sfs.join("curated"))
-                  if i.type.name == "Directory" and sfs.exists(f"{i.path}/report.json"))  # fmt: skip
+    sfs, layout = store.sfs, store.layout
+    done = sorted(i.base_name for i in sfs.listdir(layout.tree("curated"))
+                  if i.type.name == "Directory" and sfs.exists(layout.curation_report(i.base_name)))  # fmt: skip
     if not done:
         raise ConfigError(f"{store.uri}: no finished curation to release: run trajforge curate first")
     if cfg.curations == "all":
@@ -68,24 +68,26 @@ def split_trajectories(store: Store, shards: list[tuple[str, str]]) -> set[str]:
     return spanning
 
 
-def excluded_ids(store: str, cid: str) -> set[str]:
+def excluded_ids(store: Store | str, cid: str) -> set[str]:
     """Kept transitions that curation marked ``exclude_as_target``: never a sample's target."""
-    sfs = Store(store).sfs
-    table = pq.read_table(sfs.join("curated", cid, "attributes.parquet"), columns=["transition_id"], filesystem=sfs.fs,
+    store = Store.open(store)
+    sfs = store.sfs
+    table = pq.read_table(store.layout.curation_attributes(cid), columns=["transition_id"], filesystem=sfs.fs,
                           filters=[("exclude_as_target", "=", True), ("status", "=", "kept")])  # fmt: skip
     return set(table.column("transition_id").to_pylist())
 
 
 def distill_path(store: Store, shard_path: str) -> str:
     """Where ``trajforge distill`` writes the reasoning texts of a curated shard."""
-    rel = os.path.relpath(shard_path, store.sfs.join("curated"))
+    rel = os.path.relpath(shard_path, store.layout.tree("curated"))
     return store.sfs.join("distill", os.path.splitext(rel)[0] + ".parquet")
 
 
-def reasoning_for(store: str, shard_path: str) -> dict[str, str]:
+def reasoning_for(store: Store | str, shard_path: str) -> dict[str, str]:
     """Reasoning texts a distillation job wrote for a curated shard (``trajforge distill``)."""
-    sfs = Store(store).sfs
-    path = distill_path(Store(store), shard_path)
+    store = Store.open(store)
+    sfs = store.sfs
+    path = distill_path(store, shard_path)
     if not sfs.exists(path):
         return {}
     table = pq.read_table(path, columns=["transition_id", "reasoning"], filesystem=sfs.fs)
@@ -121,18 +123,18 @@ def input_hash(store: Store, cfg: MixtureConfig, cids: list[str], shards: list[t
     timings), the distillation files read, the mixture config, the tokenizer, the code and
     library versions. Paths are relative to the store, so the same
     inputs in another store hash the same. Reads no shard (only the small files are hashed)."""
-    sfs = store.sfs
+    sfs, layout = store.sfs, store.layout
 
     def sha(path: str) -> str | None:
         return file_sha256(sfs, path) if sfs.exists(path) else None
 
     def report(cid: str) -> dict[str, Any]:  # the parts a release reads (the card, the lineage): not its timings
-        body = json.loads(sfs.read_bytes(sfs.join("curated", cid, "report.json")))
+        body = json.loads(sfs.read_bytes(layout.curation_report(cid)))
         return {k: body.get(k) for k in ("config", "kept", "rejected", "by_reason")}
 
     curated = {cid: {"report": report(cid),
-                     "attributes": sha(sfs.join("curated", cid, "attributes.parquet")),
-                     "index": sha(sfs.join("curated", "_index", f"{cid}.json"))} for cid in cids}  # fmt: skip
+                     "attributes": sha(layout.curation_attributes(cid)),
+                     "index": sha(layout.index_marker(cid))} for cid in cids}  # fmt: skip
     body = {
         "format": INPUTS,
         "release": [name, version, rows_per_file],

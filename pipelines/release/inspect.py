@@ -14,10 +14,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from pipelines.store import Store
 
 from pipelines.release.manifest import FileEntry, Release, load, open_release, store_releases
 from pipelines.release.samples import CLOSE, OPEN
@@ -39,7 +42,7 @@ def verify(root: str | os.PathLike[str]) -> list[str]:
 def read_table(rel: Release, entry: FileEntry, columns: list[str] | None = None) -> pa.Table:
     """A data file the caller has checked (``rel.check``); damage that a matching hash
     cannot rule out (a hostile manifest written with it) is a one-line ShardError too."""
-    from pipelines.release.build import SCHEMAS
+    from pipelines.release.layout import SCHEMAS
 
     path, want = rel.sfs.join(entry.path), SCHEMAS[entry.stage or ""]
     try:
@@ -79,7 +82,7 @@ def _warn(message: str) -> None:
     print(f"warning: skipped {message}", file=sys.stderr, flush=True)
 
 
-def list_releases(store_root: str | os.PathLike[str], on_skip: Callable[[str], None] = _warn) -> list[dict[str, Any]]:
+def list_releases(store_root: Store | str | os.PathLike[str], on_skip: Callable[[str], None] = _warn) -> list[dict[str, Any]]:
     """The releases of a store from their manifests (checked, and each folder's listing;
     no data file is read). A release refused is reported to ``on_skip`` and left out;
     StoreError when the store does not exist."""
@@ -171,7 +174,7 @@ def agentworldbench_items(samples: list[tuple[dict[str, Any], Turns]]) -> list[d
 
 def _stream(rel: Release, entry: FileEntry) -> Iterator[dict[str, Any]]:
     """The rows of a checked SFT file, a batch at a time (a split never sits in memory whole)."""
-    from pipelines.release.build import SCHEMAS
+    from pipelines.release.layout import SCHEMAS
 
     try:
         with rel.sfs.fs.open_input_file(rel.sfs.join(entry.path)) as f:

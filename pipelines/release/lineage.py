@@ -35,11 +35,11 @@ def config_hash(cfg: MixtureConfig) -> str:
 def lineage_of(store: Store, cids: list[str], name: str, version: str) -> dict[str, Any]:
     """raw runs -> curations -> this release."""
     curated = {}
+    sfs = store.sfs
     for cid in cids:
-        sfs = store.sfs
-        index = sfs.join("curated", "_index", f"{cid}.json")
+        index = store.layout.index_marker(cid)
         inputs = json.loads(sfs.read_bytes(index))["inputs"] if sfs.exists(index) else []
-        report = json.loads(sfs.read_bytes(sfs.join("curated", cid, "report.json")))
+        report = json.loads(sfs.read_bytes(store.layout.curation_report(cid)))
         runs = sorted({os.path.dirname(rel) for rel in inputs})
         curated[cid] = {"config": report.get("config"), "raw_runs": runs, "raw_shards": inputs,
                         "kept": report.get("kept"), "rejected": report.get("rejected")}  # fmt: skip

@@ -250,14 +250,14 @@ def open_release(root: str | os.PathLike[str]) -> Release:
     return rel
 
 
-def in_store(store: str | os.PathLike[str], release: str) -> str:
+def in_store(store: Store | str | os.PathLike[str], release: str) -> str:
     """The folder of ``NAME/VERSION`` in a store; a name or version that could leave it is refused."""
     name, _, version = release.partition("/")
     for part, what in ((name, "name"), (version, "version")):
         if not NAME.match(part):
             raise StoreError(f"release {release!r}: expected NAME/VERSION, the {what} being letters, digits, '.', '_' or '-'")
-    sfs = Store(store).sfs  # StoreError if there is no such store
-    return sfs.uri(sfs.join("releases", name, version))
+    store = Store.open(store)  # StoreError if there is no such store
+    return store.sfs.uri(store.layout.release_dir(name, version))
 
 
 def store_releases(store: Store | str | os.PathLike[str]) -> Iterator[tuple[str, Release | TrajforgeError]]:
@@ -265,8 +265,9 @@ def store_releases(store: Store | str | os.PathLike[str]) -> Iterator[tuple[str,
     store, for readers that go over them all (``release list``, the query views): a release
     exists once its ``manifest.json`` does (written last, also on object stores). StoreError
     if the store itself does not exist. Hash the files read with ``Release.check``."""
-    sfs = (store if isinstance(store, Store) else Store(store)).sfs  # StoreError if there is no such store
-    for name in sfs.listdir(sfs.join("releases")):
+    store = Store.open(store)  # StoreError if there is no such store
+    sfs = store.sfs
+    for name in sfs.listdir(store.layout.releases_root()):
         for version in sfs.listdir(name.path) if name.type.name == "Directory" else ():
             if version.type.name != "Directory" or version.base_name.startswith("."):
                 continue  # a release being built (.VERSION.building)

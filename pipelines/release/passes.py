@@ -112,7 +112,7 @@ class SampleWriter:
 
 
 def shard_samples(
-    store: str, cid: str, path: str, out: SampleWriter, tokens, cfg: MixtureConfig, excluded: set[str], spanning: set[str]
+    store: Store, cid: str, path: str, out: SampleWriter, tokens, cfg: MixtureConfig, excluded: set[str], spanning: set[str]
 ) -> Iterator[tuple[str, Member]]:
     """Write the samples of a shard's trajectories to ``out`` as the shard streams by (its
     rows come trajectory by trajectory); the rows of ``spanning`` trajectories are yielded,
@@ -125,7 +125,7 @@ def shard_samples(
             out.add(samples_of(traj, tokens, cfg, out.stats))
         pending.clear()
 
-    for batch in read_shard(Store(store).sfs, path):
+    for batch in read_shard(store.sfs, path):
         for t in from_record_batch(batch):
             if t.trajectory_id in spanning:
                 yield t.trajectory_id, (cid, path, t)
@@ -137,7 +137,7 @@ def shard_samples(
     out.close()
 
 
-def spanning_samples(store: str, traj_id: str, members: Iterable[Member], work: Path, tokens, cfg: MixtureConfig) -> str:
+def spanning_samples(store: Store, traj_id: str, members: Iterable[Member], work: Path, tokens, cfg: MixtureConfig) -> str:
     """A trajectory whose steps span shards, grouped: its own sample files, named after the shards' ones."""
     members = sorted(members, key=lambda m: m[2].step)
     cid = members[0][0]

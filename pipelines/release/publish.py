@@ -7,7 +7,6 @@ without building.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,15 @@ from typing import Any
 from pipelines.release.manifest import open_release
 from pipelines.release.stats import ReleaseReport
 from pipelines.store import Store
+from pipelines.store.layout import MANIFEST, Layout
+from pipelines.store.publish import publish_tree
 from schemas.errors import StoreError, TrajforgeError
 
 
 def unchanged_release(store: Store, final: str, key: str, report: ReleaseReport) -> ReleaseReport | None:
     """The report of the release at ``final`` when it was built from exactly these inputs
     (its manifest's ``input_hash`` is ``key`` and its folder holds the listed files), else None."""
-    if not store.sfs.exists(f"{final}/manifest.json"):
+    if not store.sfs.exists(Layout.manifest(final)):
         return None
     try:
         manifest = open_release(store.sfs.uri(final)).manifest
@@ -54,26 +55,28 @@ def _content(manifest: bytes) -> Any:
 
 
 def put_in_place(store: Store, tmp: Path, final: str, report: ReleaseReport) -> ReleaseReport:
-    """Move the built release to its final place: a rename on local disk; on an object
-    store every file uploaded as one object, ``manifest.json`` last (a release exists once
-    its manifest does: a kill mid-upload leaves no release, and the rerun uploads it
-    again). A version that exists is kept if identical, refused otherwise."""
+    """Move the built release to its final place with ``publish_tree``: a rename on local
+    disk; on an object store every file uploaded as one object, ``manifest.json`` last (a
+    release exists once its manifest does: a kill mid-upload leaves no release, and the
+    rerun clears what it left and uploads it again). A version that exists is kept if
+    identical, refused otherwise."""
     sfs = store.sfs
-    old = f"{final}/manifest.json"
-    if sfs.exists(final if sfs.local else old):
-        same = sfs.exists(old) and _content(sfs.read_bytes(old)) == _content((tmp / "manifest.json").read_bytes())
-        shutil.rmtree(tmp)
-        if not same:
-            raise StoreError(f"{sfs.uri(final)}: release {report.name} {report.version} exists with other content: "
-                             "releases are immutable, give this one a new version")  # fmt: skip
-        report.identical = True
-        return report
-    if sfs.local:
-        os.rename(tmp, final)
-        return report
-    sfs.rmtree(final)  # objects of an upload that was killed before its manifest
-    files = sorted(p for p in tmp.rglob("*") if p.is_file() and p.name != "manifest.json")
-    for path in [*files, tmp / "manifest.json"]:
-        sfs.publish(str(path), f"{final}/{path.relative_to(tmp).as_posix()}")
+    if sfs.exists(final if sfs.local else Layout.manifest(final)):
+        return _kept_if_identical(store, tmp, final, report)
+    if not publish_tree(sfs, tmp, final, clear=True):  # another build put this version in place meanwhile
+        return _kept_if_identical(store, tmp, final, report)
+    return report
+
+
+def _kept_if_identical(store: Store, tmp: Path, final: str, report: ReleaseReport) -> ReleaseReport:
+    """The version at ``final`` exists: keep it when its manifest says the same as the
+    build's in ``tmp`` (then dropped), refuse otherwise."""
+    sfs = store.sfs
+    old = Layout.manifest(final)
+    same = sfs.exists(old) and _content(sfs.read_bytes(old)) == _content((tmp / MANIFEST).read_bytes())
     shutil.rmtree(tmp)
+    if not same:
+        raise StoreError(f"{sfs.uri(final)}: release {report.name} {report.version} exists with other content: "
+                         "releases are immutable, give this one a new version")  # fmt: skip
+    report.identical = True
     return report

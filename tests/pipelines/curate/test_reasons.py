@@ -14,7 +14,7 @@ from pipelines.curate.logic import StepSummary, trajectory_problem
 from pipelines.curate.reasons import REASONS, validation_reason
 from pipelines.curate.run import curate
 from pipelines.query import run_query
-from pipelines.release.build import excluded_ids
+from pipelines.release.inputs import excluded_ids
 from pipelines.store import StoreWriter
 from schemas.validate import transition_problems
 from tests.conftest import make_transitions
