@@ -104,6 +104,7 @@ def query_variants(store: Path, parquet: Path) -> dict[str, Callable[[], object]
 def load_module(name: str, source: str) -> types.ModuleType:
     spec = importlib.util.spec_from_loader(name, loader=None)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
     exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # the last commit's pipelines/query.py
     return module
 
