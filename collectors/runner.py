@@ -32,7 +32,7 @@ from collectors.env import Task
 from collectors.jobs import JobConfig
 from collectors.policies import make_policy
 from collectors.registry import env_class, make_env
-from collectors.wrappers import Recorder, StepLimit, TimeLimit
+from collectors.wrappers import Recorder, StepLimit, WallTimeLimit
 from pipelines.store import Store, StoreWriter
 from pipelines.store.fs import StoreFS
 from pipelines.store.ledger import Ledger
@@ -117,7 +117,7 @@ def run_episode_once(spec: EpisodeSpec) -> tuple[list[Transition], float]:
         model=policy.model or job.policy.model, job_id=spec.job_id,
     )  # fmt: skip
     env = Recorder(
-        StepLimit(TimeLimit(base, job.episode_timeout_s), task.max_steps or job.max_steps),
+        StepLimit(WallTimeLimit(base, job.episode_timeout_s), task.max_steps or job.max_steps),
         trajectory_id=spec.trajectory_id, provenance=provenance,
     )  # fmt: skip
     obs, info = env.reset(seed=spec.seed, task=task)
