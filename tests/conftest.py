@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,31 @@ from collectors.synth import Synthesizer
 from pipelines.store import StoreWriter, WriterOptions
 
 BACKENDS = ["docker", "local"]
+
+#: Fixtures that start the real sandboxes (the Podman service, the built Debian root).
+SANDBOX_FIXTURES = {"built", "backend"}
+#: Test modules that need more than `make install` as a whole, and what (see the markers in
+#: pyproject.toml): a real browser, desktop or phone bridge from the system packages, the
+#: published MCP servers, or a container engine.
+NEEDS = {
+    "collectors/test_web.py": "system",
+    "collectors/test_os.py": "system",
+    "collectors/test_android.py": "system",
+    "collectors/test_mcp.py": "mcp_servers",
+    "deploy/test_image.py": "sandbox",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by what it needs beyond `make install`, so `make test-unit` can leave
+    those out: the sandbox fixtures mark themselves, the modules above as listed."""
+    here = Path(__file__).parent
+    for item in items:
+        if SANDBOX_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.sandbox)
+        need = NEEDS.get(Path(item.fspath).relative_to(here).as_posix())
+        if need:
+            item.add_marker(getattr(pytest.mark, need))
 
 
 @pytest.fixture(scope="session")
