@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers sandboxes demo test lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub bench-security clean
+.PHONY: install system-deps mcp-servers sandboxes demo test test-unit lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub bench-security clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -59,6 +59,12 @@ demo: install system-deps mcp-servers
 test: install sandboxes mcp-servers
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests
+
+# The fast loop: tests that need only `make install` (no root, Podman, sandbox build, system
+# packages or MCP servers; markers set in tests/conftest.py). `make test` runs everything.
+UNIT_MARKERS ?= not sandbox and not system and not mcp_servers and not slow
+test-unit: install
+	$(PY) -m pytest -q -m "$(UNIT_MARKERS)" tests
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -13,7 +13,6 @@ list its tools (a per-episode server pays it at every reset). Prints a markdown 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -23,38 +22,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.timing import options, rate  # noqa: E402 (needs ROOT on the path)
+
 CASES = {
     "testbed": ("echo", {"text": "hello world"}),
     "time": ("convert_time", {"source_timezone": "UTC", "time": "09:30", "target_timezone": "Asia/Tokyo"}),
 }
 
 
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
-def _rate(call, n: int, repeats: int) -> tuple[float, float, float]:
-    """(calls/s, p50 ms, p95 ms), each the median over repeats."""
-    rates, p50, p95 = [], [], []
-    for _ in range(repeats):
-        lat = []
-        t0 = time.perf_counter()
-        for _ in range(n):
-            t = time.perf_counter()
-            call()
-            lat.append((time.perf_counter() - t) * 1000)
-        rates.append(n / (time.perf_counter() - t0))
-        p50.append(_pct(lat, 0.5))
-        p95.append(_pct(lat, 0.95))
-    return statistics.median(rates), statistics.median(p50), statistics.median(p95)
-
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=500)
-    ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args(argv)
+    args = options(__doc__, argv, calls=500, repeats=5)
     from collectors.mcp.client import Connection
     from collectors.mcp.env import MCPEnv
     from collectors.mcp.servers import expand, server_spec
@@ -70,11 +48,11 @@ def main(argv: list[str] | None = None) -> None:
                 starts.append(time.perf_counter() - t0)
         with Connection(expand(server_spec(env_id), "/tmp", 0)) as c:
             c.list_tools()
-            base = _rate(lambda c=c, t=tool, a=arguments: c.call_tool(t, a, 30), args.calls, args.repeats)
+            base = rate(lambda _, c=c, t=tool, a=arguments: c.call_tool(t, a, 30), range(args.calls), args.repeats)
         with MCPEnv(env_id=env_id) as env:
             env.reset(seed=0)
             action = {"action": "call_tool", "name": tool, "arguments": arguments}
-            stepped = _rate(lambda env=env, a=action: env.step(a), args.calls, args.repeats)
+            stepped = rate(lambda _, env=env, a=action: env.step(a), range(args.calls), args.repeats)
         rows.append((env_id, tool, statistics.median(starts), base, stepped))
     when = time.strftime("%Y-%m-%d")
     print(f"\n### MCP ({when}, {cores} cores, stdio, {args.calls} calls x {args.repeats} repeats, medians)\n")

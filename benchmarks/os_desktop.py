@@ -19,7 +19,6 @@ Prints a markdown table.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -28,10 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
+from benchmarks.timing import options, pct  # noqa: E402 (needs ROOT on the path)
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -47,11 +43,7 @@ def rss_mb(pids: list[int]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sessions", type=int, default=5)
-    ap.add_argument("--reads", type=int, default=300)
-    ap.add_argument("--episodes", type=int, default=3)
-    args = ap.parse_args(argv)
+    args = options(__doc__, argv, sessions=5, reads=300, episodes=3)
     from collectors.env import load_suite
     from collectors.os.env import OSEnv
     from collectors.os.session import DesktopSession, wait_for
@@ -94,8 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         ("session start (Xvfb, D-Bus, AT-SPI, openbox, helper): median", f"{statistics.median(starts):.2f} s"),
         ("memory per session, bare (sum of RSS)", f"{statistics.median(bare_mb):.0f} MB"),
         ("memory per session with mousepad + a zenity dialog", f"{apps_mb:.0f} MB"),
-        (f"tree read ({nodes} nodes): p50 / p95", f"{_pct(reads, 0.5):.1f} / {_pct(reads, 0.95):.1f} ms"),
-        ("tree read + render to text: p50 / p95", f"{_pct(renders, 0.5):.1f} / {_pct(renders, 0.95):.1f} ms"),
+        (f"tree read ({nodes} nodes): p50 / p95", f"{pct(reads, 0.5):.1f} / {pct(reads, 0.95):.1f} ms"),
+        ("tree read + render to text: p50 / p95", f"{pct(renders, 0.5):.1f} / {pct(renders, 0.95):.1f} ms"),
         (f"scripted steps/s (act + settle + observe, {steps} steps)", f"{steps / step_s:.2f}"),
         (f"scripted episodes/min with resets ({episodes} episodes)", f"{per_min:.1f}"),
     ]

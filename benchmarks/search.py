@@ -12,7 +12,6 @@ latency, the median over repeats. Prints a markdown table.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -22,37 +21,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
+from benchmarks.timing import options, rate  # noqa: E402 (needs ROOT on the path)
 
 
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _timed(run, queries: list[str], repeats: int) -> tuple[float, float, float]:
-    """(queries/s, p50 ms, p95 ms), each the median over repeats."""
-    qps, p50, p95 = [], [], []
-    for _ in range(repeats):
-        lat = []
-        t0 = time.perf_counter()
-        for q in queries:
-            t = time.perf_counter()
-            run(q)
-            lat.append((time.perf_counter() - t) * 1000)
-        qps.append(len(queries) / (time.perf_counter() - t0))
-        p50.append(_pct(lat, 0.5))
-        p95.append(_pct(lat, 0.95))
-    return statistics.median(qps), statistics.median(p50), statistics.median(p95)
-
-
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--queries", type=int, default=200)
-    args = ap.parse_args(argv)
+    args = options(__doc__, argv, repeats=5, queries=200)
     from collectors.search.corpus import pydoc_corpus
     from collectors.search.env import SearchEnv
     from collectors.search.index import SearchIndex
@@ -69,10 +46,10 @@ def main(argv: list[str] | None = None) -> None:
             index = SearchIndex.build(docs, Path(tmp) / f"i{i}", source="pydoc")
             builds.append(time.perf_counter() - t0)
         size = _size(index.path)
-        raw = _timed(lambda q: index.search(q, 5), queries, args.repeats)
+        raw = rate(lambda q: index.search(q, 5), queries, args.repeats)
         with SearchEnv(options={"index_dir": str(index.path)}) as env:
             env.reset()
-            stepped = _timed(lambda q: env.step({"action": "search", "query": q}), queries, args.repeats)
+            stepped = rate(lambda q: env.step({"action": "search", "query": q}), queries, args.repeats)
     chars = sum(len(d.text) for d in docs)
     print(f"pydoc corpus: {len(docs)} documents, {chars / 1e6:.2f} M characters, {len(queries)} queries, "
           f"median of {args.repeats} repeats, index {index.version}\n")  # fmt: skip

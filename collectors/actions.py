@@ -2,7 +2,9 @@
 description for agent prompts generated from the code.
 
 Each domain declares its actions as frozen dataclasses with an ``action`` kind and a
-docstring; an ``ActionSpace`` parses what a policy emitted (a dict, JSON text, or an
+docstring; a field's limits are declared with its type (``Annotated[str, NonEmpty()]``,
+``Between``, ``Length``, ``OneOf``) and checked with it, ``check`` holds the rest. A
+subclass that adds no fields needs no decorator. An ``ActionSpace`` parses what a policy emitted (a dict, JSON text, or an
 action object) into one of them, or says why it cannot, in one line. That line becomes the
 step's ``action_error``: a malformed action is data, not a crash::
 
@@ -17,7 +19,7 @@ import dataclasses
 import json
 import types
 import typing
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from schemas.transition import Action, canonical_json
 
@@ -27,18 +29,67 @@ class ActionError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class NonEmpty:
+    """The text (or list) must not be empty or blank."""
+
+    def check(self, where: str, value: Any) -> None:
+        if not (value.strip() if isinstance(value, str) else value):
+            raise ActionError(f"{where}: must not be empty")
+
+
+@dataclasses.dataclass(frozen=True)
+class Between:
+    """A number from ``lo`` to ``hi``, both included."""
+
+    lo: float
+    hi: float
+
+    def check(self, where: str, value: Any) -> None:
+        if not self.lo <= value <= self.hi:
+            raise ActionError(f"{where}: expected {self.lo} to {self.hi}, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Length:
+    """A text of ``lo`` to ``hi`` characters."""
+
+    lo: int
+    hi: int
+
+    def check(self, where: str, value: Any) -> None:
+        if not self.lo <= len(value) <= self.hi:
+            raise ActionError(f"{where}: expected {self.lo} to {self.hi} characters")
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """One of a few names."""
+
+    choices: tuple[str, ...]
+
+    def check(self, where: str, value: Any) -> None:
+        if value not in self.choices:
+            *head, last = self.choices
+            raise ActionError(f"{where}: expected {', '.join(head)} or {last}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class ActionSpec:
     """Base of typed actions. Subclasses set ``kind`` and declare fields with types."""
 
     kind: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
+        hints = typing.get_type_hints(type(self), include_extras=True)
+        fields = dataclasses.fields(self)
+        for f in fields:  # every type first, then the limits: a limit may assume its type
             value = getattr(self, f.name)
-            expected = hints[f.name]
+            expected = _plain(hints[f.name])
             if not _matches(value, expected):
                 raise ActionError(f"{self.kind}.{f.name}: expected {_type_name(expected)}, got {value!r}")
+        for f in fields:
+            for limit in getattr(hints[f.name], "__metadata__", ()):
+                limit.check(f"{self.kind}.{f.name}", getattr(self, f.name))
         self.check()
 
     def check(self) -> None:
@@ -74,6 +125,11 @@ class ActionSpec:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 required.append(f.name)
         return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+def _plain(t: Any) -> Any:
+    """The type without its ``Annotated`` limits."""
+    return typing.get_args(t)[0] if typing.get_origin(t) is Annotated else t
 
 
 def _matches(value: Any, expected: Any) -> bool:
@@ -130,11 +186,7 @@ class Wait(ActionSpec):
     """Wait for the screen to update (an app starting, a dialog opening): 0 to 10 seconds."""
 
     kind = "wait"
-    seconds: float = 1.0
-
-    def check(self) -> None:
-        if not 0 <= self.seconds <= 10:
-            raise ActionError(f"wait.seconds: expected 0 to 10, got {self.seconds}")
+    seconds: Annotated[float, Between(0, 10)] = 1.0
 
 
 class ActionSpace:

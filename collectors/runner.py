@@ -31,7 +31,7 @@ from collectors.jobrun import EpisodeSpec, JobRun, JobSummary, episode_seed, pla
 from collectors.jobs import JobConfig
 from collectors.policies import make_policy
 from collectors.registry import backend_env, env_class, make_env
-from collectors.wrappers import Recorder, StepLimit, TimeLimit
+from collectors.wrappers import Recorder, StepLimit, WallTimeLimit
 from pipelines.store import Store, StoreWriter
 from schemas.errors import TrajforgeError
 from schemas.transition import Provenance, Transition
@@ -90,7 +90,7 @@ def run_episode_once(spec: EpisodeSpec) -> tuple[list[Transition], float]:
         model=policy.model or job.policy.model, job_id=spec.job_id,
     )  # fmt: skip
     env = Recorder(
-        StepLimit(TimeLimit(base, job.episode_timeout_s), task.max_steps or job.max_steps),
+        StepLimit(WallTimeLimit(base, job.episode_timeout_s), task.max_steps or job.max_steps),
         trajectory_id=spec.trajectory_id, provenance=provenance,
     )  # fmt: skip
     obs, info = env.reset(seed=spec.seed, task=task)

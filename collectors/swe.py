@@ -82,14 +82,12 @@ class Create(ActionSpec):
     content: str
 
 
-@dataclasses.dataclass(frozen=True)
 class RunTests(ActionSpec):
     """Run the task's test command and show the result."""
 
     kind = "run_tests"
 
 
-@dataclasses.dataclass(frozen=True)
 class Submit(ActionSpec):
     """Submit the current state of the repository; ends the episode."""
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from collectors.actions import ActionError, ActionSpace, ActionSpec
+from collectors.actions import ActionError, ActionSpace, ActionSpec, NonEmpty
 from collectors.env import Environment, SandboxBacked, Task
 from sandboxes import SandboxConfig, ShellResult, ShellSession, make_sandbox
 from sandboxes.base import WORKDIR, SandboxDied
@@ -36,12 +36,10 @@ class RunCommand(ActionSpec):
     """Type a shell command and wait for it (up to timeout seconds, at most the job's step timeout); cwd and variables persist."""
 
     kind = "run"
-    command: str
+    command: Annotated[str, NonEmpty()]
     timeout: float = 30.0
 
     def check(self) -> None:
-        if not self.command.strip():
-            raise ActionError("run.command: must not be empty")
         if not 0 < self.timeout <= 3600:
             raise ActionError(f"run.timeout: must be in (0, 3600], got {self.timeout}")
 
@@ -56,7 +54,6 @@ class SendKeys(ActionSpec):
     special: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
 class Interrupt(ActionSpec):
     """Send Ctrl-C to the running program."""
 

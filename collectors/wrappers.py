@@ -1,4 +1,4 @@
-"""Cross-cutting behaviour around any environment: step and time limits, recording.
+"""Cross-cutting behaviour around any environment: step and wall-time limits, recording.
 
 ``Recorder`` turns each step into a ``Transition`` (state = the observation before the
 action, next_state = the one after) with timings and provenance; it never changes what the
@@ -25,6 +25,11 @@ class Wrapper:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.env, name)
 
+    @property
+    def unwrapped(self) -> Environment:
+        """The innermost environment, under every wrapper (as Gymnasium's ``Wrapper.unwrapped``)."""
+        return self.env.unwrapped if isinstance(self.env, Wrapper) else self.env
+
     def reset(self, *, seed: int | None = None, task: Task | None = None) -> tuple[Observation, dict[str, Any]]:
         return self.env.reset(seed=seed, task=task)
 
@@ -35,45 +40,67 @@ class Wrapper:
         self.env.close()
 
 
-class StepLimit(Wrapper):
-    """Truncate the episode after ``max_steps`` steps."""
+class _Limit(Wrapper):
+    """Truncate the episode once ``_spent`` says the budget is used up (unless it ended);
+    ``info["truncated_by"]`` names the limit."""
+
+    reason = ""
+
+    def _start(self) -> None:
+        """The budget starts again (at reset)."""
+
+    def _spent(self) -> bool:
+        """Called once after every step."""
+        raise NotImplementedError
+
+    def reset(self, **kw: Any) -> tuple[Observation, dict[str, Any]]:
+        self._start()
+        return self.env.reset(**kw)
+
+    def step(self, action: Any) -> tuple[Observation, float | None, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self._spent() and not terminated:
+            truncated = True
+            info["truncated_by"] = self.reason
+        return obs, reward, terminated, truncated, info
+
+
+class StepLimit(_Limit):
+    """Truncate the episode after ``max_steps`` steps (what Gymnasium calls ``TimeLimit``)."""
+
+    reason = "step_limit"
 
     def __init__(self, env: Environment | Wrapper, max_steps: int) -> None:
         super().__init__(env)
         self.max_steps = max_steps
         self.steps = 0
 
-    def reset(self, **kw: Any) -> tuple[Observation, dict[str, Any]]:
+    def _start(self) -> None:
         self.steps = 0
-        return self.env.reset(**kw)
 
-    def step(self, action: Any) -> tuple[Observation, float | None, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
+    def _spent(self) -> bool:
         self.steps += 1
-        if self.steps >= self.max_steps and not terminated:
-            truncated = True
-            info["truncated_by"] = "step_limit"
-        return obs, reward, terminated, truncated, info
+        return self.steps >= self.max_steps
 
 
-class TimeLimit(Wrapper):
-    """Truncate the episode once ``max_seconds`` of wall time have passed since reset."""
+class WallTimeLimit(_Limit):
+    """Truncate the episode once ``max_seconds`` of wall time have passed since reset.
+
+    Wall-clock seconds, not steps: Gymnasium's ``TimeLimit`` counts steps (our ``StepLimit``).
+    """
+
+    reason = "time_limit"
 
     def __init__(self, env: Environment | Wrapper, max_seconds: float) -> None:
         super().__init__(env)
         self.max_seconds = max_seconds
         self.started = 0.0
 
-    def reset(self, **kw: Any) -> tuple[Observation, dict[str, Any]]:
+    def _start(self) -> None:
         self.started = time.monotonic()
-        return self.env.reset(**kw)
 
-    def step(self, action: Any) -> tuple[Observation, float | None, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if time.monotonic() - self.started >= self.max_seconds and not terminated:
-            truncated = True
-            info["truncated_by"] = "time_limit"
-        return obs, reward, terminated, truncated, info
+    def _spent(self) -> bool:
+        return time.monotonic() - self.started >= self.max_seconds
 
 
 class Recorder(Wrapper):

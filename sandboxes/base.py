@@ -22,13 +22,11 @@ import shlex
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sandboxes.errors import SandboxDied, SandboxError
 from sandboxes.procs import EXEC_MARK
-from schemas.errors import TrajforgeError
-
-if TYPE_CHECKING:
-    from sandboxes.shell import ShellSession
+from sandboxes.shell import ShellSession
 
 WORKDIR = "/work"
 #: The environment every command starts from; host variables never pass unless listed.
@@ -38,14 +36,6 @@ BASE_ENV = {
     "LANG": "C.UTF-8",
     "TERM": "xterm-256color",
 }
-
-
-class SandboxError(TrajforgeError):
-    """The sandbox or its engine failed (not the agent's command)."""
-
-
-class SandboxDied(SandboxError):
-    """The sandbox's container or init process is gone."""
 
 
 @dataclass(frozen=True)
@@ -298,8 +288,6 @@ class Sandbox(abc.ABC):
     def restore(self, snapshot: str) -> None: ...
 
     def shell(self, *, width: int = 160, height: int = 48) -> ShellSession:
-        from sandboxes.shell import ShellSession
-
         return ShellSession(self, width=width, height=height)
 
     def describe(self) -> dict[str, Any]:

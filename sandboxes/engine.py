@@ -17,7 +17,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from sandboxes.base import SandboxError
+from sandboxes.errors import SandboxError
 from sandboxes.paths import cache_dir, podman_socket, state_dir
 from schemas.errors import require
 

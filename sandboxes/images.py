@@ -20,7 +20,7 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from sandboxes.base import SandboxError
+from sandboxes.errors import SandboxError
 from sandboxes.paths import cache_dir, state_dir
 
 SUITE = "bookworm"

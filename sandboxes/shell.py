@@ -36,18 +36,42 @@ import secrets
 import shlex
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from sandboxes.base import SandboxDied, SandboxError
-
-if TYPE_CHECKING:
-    from sandboxes.base import Sandbox
+from sandboxes.errors import SandboxDied, SandboxError
 
 #: The hook's flush mark in the pane output; removed from what a step returns.
 _BARRIER = re.compile(rb"\x1b\]7717;\d+\x07")
 _HEADER = re.compile(rb"TF1 ([01]) ([01]) ([01]) ([01]) ([01]) (\d+) (\d+) (\d+) (\d+) (\d+)\n")
 _STATUS = re.compile(rb"(\d+) ([0-9a-f]+|-) (\d+)\n")
 ROTATE_BYTES = 4 << 20  # a log bigger than this is emptied at the next idle step
+
+
+class _Limits(Protocol):
+    output_cap_bytes: int
+    exec_timeout_s: float
+
+
+class _Output(Protocol):
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class ShellHost(Protocol):
+    """What a shell needs of its sandbox; every ``sandboxes.base.Sandbox`` has it. (A protocol,
+    not the class, because ``base`` builds shells: the shell module stays below it.)"""
+
+    backend: str
+    config: _Limits
+    started: bool
+    closed: bool
+
+    def alive(self) -> bool: ...
+
+    def exec(self, cmd: str, *, timeout: float | None = None, stdin: str | bytes | None = None) -> _Output: ...
+
+    def exec_bytes(self, cmd: str, *, stdin: bytes | None = None, timeout: float | None = None) -> tuple[int, bytes]: ...
 
 
 class ShellDied(SandboxError):
@@ -233,7 +257,7 @@ def _text(data: bytes) -> str:
 class ShellSession:
     """``run`` commands, ``send_keys`` to running programs, ``interrupt``, read the ``screen``."""
 
-    def __init__(self, sandbox: Sandbox, *, width: int = 160, height: int = 48) -> None:
+    def __init__(self, sandbox: ShellHost, *, width: int = 160, height: int = 48) -> None:
         self.sandbox = sandbox
         self.dir = f"/tmp/.tf-{secrets.token_hex(16)}"
         self._offset = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,68 @@ from collectors.synth import Synthesizer
 from pipelines.store import StoreWriter, WriterOptions
 
 BACKENDS = ["docker", "local"]
+
+#: Fixtures that start the real sandboxes (the Podman service, the built Debian root).
+SANDBOX_FIXTURES = {"built", "backend"}
+#: Test modules and tests that need more than `make install`, and what (the markers in
+#: pyproject.toml): a real browser, desktop or phone bridge from the system packages, the
+#: published MCP servers, or a sandbox that no fixture names (a job that runs the terminal
+#: environment in the local sandbox); and the slowest (5 s or more on 2 cores), which
+#: `make test-unit` leaves to `make test` to stay under 3 minutes.
+NEEDS = {
+    "collectors/test_web.py": "system",
+    "collectors/test_os.py": "system",
+    "collectors/test_android.py": "system",
+    "collectors/test_mcp.py": "mcp_servers",
+    "deploy/test_image.py": "sandbox",
+    "collectors/test_jobs.py::test_exploration_episodes_are_valid_and_seeded": "sandbox",
+    "collectors/test_jobs.py::test_kill_9_mid_job_then_rerun_collects_exactly_the_missing_episodes": "sandbox",
+    "collectors/test_jobs.py::test_sandbox_dying_mid_episode_is_retried_then_recorded": "sandbox",
+    "collectors/test_jobs.py::test_cron_line_runs_the_job": "sandbox",
+    "collectors/test_policies.py::test_chat_policy_drives_an_episode_through_a_local_endpoint": "sandbox",
+    "pipelines/test_s3.py::test_a_real_collection_job_into_the_bucket_and_its_rerun": "sandbox",
+    "simulate/test_simulate.py::test_a_job_with_backend_sim_records_simulated_provenance_from_both_resets": "sandbox",
+    "simulate/test_simulate.py::test_sim_compare_runs_real_and_simulated_episodes_and_prints_the_table": "sandbox",
+    "simulate/test_simulate.py::test_the_shipped_sim_job_runs_with_a_model_in_place_of_the_demo_one": "sandbox",
+    "pipelines/curate/test_pipeline.py::test_a_large_run_is_cut_between_passes_where_no_trajectory_crosses": "slow",
+    "pipelines/curate/test_pipeline.py::test_passes_over_groups_of_runs_decide_like_one_pass": "slow",
+    "pipelines/curate/test_pipeline.py::test_repeated_steps_and_nondeterminism_are_marked_across_curations": "slow",
+    "pipelines/curate/test_pipeline.py::test_a_later_curation_dedupes_against_earlier_ones": "slow",
+    "pipelines/curate/test_pipeline.py::test_an_unfinished_curation_is_not_deduped_against_and_reruns_from_scratch": "slow",
+    "pipelines/curate/test_pipeline.py::test_cli_runs_on_the_embedded_multiprocess_runner_and_refuses_bad_configs": "slow",
+    "pipelines/curate/test_reasons.py::test_attribute_files_from_before_detail_still_read": "slow",
+    "pipelines/curate/test_reasons.py::test_a_store_with_duplicates_has_few_distinct_reasons_and_details_carry_the_ids": "slow",
+    "pipelines/release/test_release.py::test_diff_shows_samples_added_by_new_curated_data": "slow",
+    "pipelines/release/test_release.py::test_rebuild_is_byte_identical_and_versions_are_immutable": "slow",
+    "pipelines/test_s3.py::test_curation_and_a_release_in_the_bucket_match_local_disk": "slow",
+    "pipelines/test_s3.py::test_writes_reads_validates_repairs_and_queries_like_local_disk": "slow",
+    "pipelines/test_query.py::test_output_formats": "slow",
+    "pipelines/test_query_views.py::test_views_lists_every_view_and_its_columns": "slow",
+    "collectors/test_beam_collect.py::test_beam_collects_the_trajectories_of_the_local_runner": "slow",
+    "collectors/test_beam_collect.py::test_a_fault_in_a_unit_loses_nothing_finished_and_a_rerun_completes": "slow",
+    "simulate/test_simulate.py::test_release_mixture_excludes_simulated_trajectories_by_default": "slow",
+    "test_cli_quiet.py::test_curate_and_release_are_quiet_and_verbose_shows_beam": "slow",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k/-m deselect, so that every listed test is seen
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by what it needs beyond `make install`, so `make test-unit` can leave
+    those out: tests using the sandbox fixtures mark themselves, the rest as listed above."""
+    here = Path(__file__).parent
+    modules, used = set(), set()
+    for item in items:
+        if SANDBOX_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.sandbox)
+        module = Path(item.fspath).relative_to(here).as_posix()
+        modules.add(module)
+        for key in (module, f"{module}::{item.name.split('[')[0]}"):
+            if key in NEEDS:
+                item.add_marker(getattr(pytest.mark, NEEDS[key]))
+                used.add(key)
+    stale = [k for k in NEEDS if k.split("::")[0] in modules and k not in used]
+    if stale:  # a renamed test would silently join the fast loop
+        raise pytest.UsageError(f"tests/conftest.py NEEDS names tests that do not exist: {', '.join(stale)}")
 
 
 @pytest.fixture(scope="session")

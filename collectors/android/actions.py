@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Annotated
 
-from collectors.actions import ActionError, ActionSpace, ActionSpec, Wait
+from collectors.actions import ActionError, ActionSpace, ActionSpec, Between, Length, NonEmpty, OneOf, Wait
 
 DIRECTIONS = ("up", "down", "left", "right")
 
@@ -42,12 +43,8 @@ class InputText(ActionSpec):
     """Type text; into the node with this index (tapped first) when given, else the focused field."""
 
     kind = "input_text"
-    text: str
+    text: Annotated[str, Length(1, 1000)]
     index: int | None = None
-
-    def check(self) -> None:
-        if not self.text or len(self.text) > 1000:
-            raise ActionError("input_text.text: expected 1 to 1000 characters")
 
 
 @dataclass(frozen=True)
@@ -72,21 +69,15 @@ class Swipe(ActionSpec):
     y1: int
     x2: int
     y2: int
-    duration_ms: int = 300
-
-    def check(self) -> None:
-        if not 10 <= self.duration_ms <= 5000:
-            raise ActionError(f"swipe.duration_ms: expected 10 to 5000, got {self.duration_ms}")
+    duration_ms: Annotated[int, Between(10, 5000)] = 300
 
 
-@dataclass(frozen=True)
 class NavigateBack(ActionSpec):
     """Press the system Back button."""
 
     kind = "navigate_back"
 
 
-@dataclass(frozen=True)
 class NavigateHome(ActionSpec):
     """Press the system Home button."""
 
@@ -98,11 +89,7 @@ class OpenApp(ActionSpec):
     """Open an app by its name (Settings, Contacts, ...) or its package name."""
 
     kind = "open_app"
-    app_name: str
-
-    def check(self) -> None:
-        if not self.app_name.strip():
-            raise ActionError("open_app.app_name: must not be empty")
+    app_name: Annotated[str, NonEmpty()]
 
 
 @dataclass(frozen=True)
@@ -122,11 +109,7 @@ class Status(ActionSpec):
     """End the episode: the goal is complete, or infeasible."""
 
     kind = "status"
-    goal_status: str
-
-    def check(self) -> None:
-        if self.goal_status not in ("complete", "infeasible"):
-            raise ActionError(f"status.goal_status: expected complete or infeasible, got {self.goal_status!r}")
+    goal_status: Annotated[str, OneOf(("complete", "infeasible"))]
 
 
 @dataclass(frozen=True)

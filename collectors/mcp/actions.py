@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from collectors.actions import ActionError, ActionSpace, ActionSpec
+from collectors.actions import ActionSpace, ActionSpec, NonEmpty
 
 
 @dataclass(frozen=True)
@@ -14,12 +14,8 @@ class CallTool(ActionSpec):
     The text {workspace} in an argument stands for the episode's working directory."""
 
     kind = "call_tool"
-    name: str
+    name: Annotated[str, NonEmpty()]
     arguments: dict[str, Any] = field(default_factory=dict)
-
-    def check(self) -> None:
-        if not self.name.strip():
-            raise ActionError("call_tool.name: must not be empty")
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ keys, text), plus actions on accessibility-tree nodes by the id the observation 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from collectors.actions import ActionError, ActionSpace, ActionSpec, Wait
+from collectors.actions import ActionError, ActionSpace, ActionSpec, Length, NonEmpty, OneOf, Wait
 
 BUTTONS = {"left": "1", "middle": "2", "right": "3"}
 
@@ -24,11 +25,7 @@ class Click(_AtPoint):
     """Click at screen coordinates (x, y) with a mouse button: left, middle or right."""
 
     kind = "click"
-    button: str = "left"
-
-    def check(self) -> None:
-        if self.button not in BUTTONS:
-            raise ActionError(f"click.button: expected left, middle or right, got {self.button!r}")
+    button: Annotated[str, OneOf(tuple(BUTTONS))] = "left"
 
 
 class DoubleClick(_AtPoint):
@@ -74,11 +71,7 @@ class TypeText(ActionSpec):
     """Type text with the keyboard into the focused element."""
 
     kind = "type_text"
-    text: str
-
-    def check(self) -> None:
-        if not self.text or len(self.text) > 2000:
-            raise ActionError("type_text.text: expected 1 to 2000 characters")
+    text: Annotated[str, Length(1, 2000)]
 
 
 @dataclass(frozen=True)
@@ -86,11 +79,7 @@ class Press(ActionSpec):
     """Press one key (enter, esc, tab, backspace, up, f5, a, ...) or a chord like ctrl+s."""
 
     kind = "press"
-    key: str
-
-    def check(self) -> None:
-        if not self.key.strip():
-            raise ActionError("press.key: must not be empty")
+    key: Annotated[str, NonEmpty()]
 
 
 @dataclass(frozen=True)
@@ -122,7 +111,6 @@ class SetText(ActionSpec):
     text: str
 
 
-@dataclass(frozen=True)
 class Done(ActionSpec):
     """The task is done; ends the episode."""
 

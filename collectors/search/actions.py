@@ -4,15 +4,11 @@ in the opened document, answer (which ends the episode)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from collectors.actions import ActionError, ActionSpace, ActionSpec
+from collectors.actions import ActionError, ActionSpace, ActionSpec, NonEmpty
 
 MAX_TOP_K = 50
-
-
-def _not_empty(action: ActionSpec, field: str) -> None:
-    if not getattr(action, field).strip():
-        raise ActionError(f"{action.kind}.{field}: must not be empty")
 
 
 @dataclass(frozen=True)
@@ -20,11 +16,10 @@ class Search(ActionSpec):
     """Search the corpus; returns the top_k results (rank, title, url, id, snippet) by BM25."""
 
     kind = "search"
-    query: str
+    query: Annotated[str, NonEmpty()]
     top_k: int = 5
 
     def check(self) -> None:
-        _not_empty(self, "query")
         if not 1 <= self.top_k <= MAX_TOP_K:
             raise ActionError(f"search.top_k: must be between 1 and {MAX_TOP_K}, got {self.top_k}")
 
@@ -34,10 +29,7 @@ class Open(ActionSpec):
     """Open a document by its id or url (as a result list shows them) and read its first page."""
 
     kind = "open"
-    doc: str
-
-    def check(self) -> None:
-        _not_empty(self, "doc")
+    doc: Annotated[str, NonEmpty()]
 
 
 @dataclass(frozen=True)
@@ -45,10 +37,7 @@ class Find(ActionSpec):
     """Find text (case-insensitive) in the opened document; shows each match in its context."""
 
     kind = "find"
-    text: str
-
-    def check(self) -> None:
-        _not_empty(self, "text")
+    text: Annotated[str, NonEmpty()]
 
 
 @dataclass(frozen=True)
@@ -56,10 +45,7 @@ class Answer(ActionSpec):
     """Give the final answer to the task's question; ends the episode."""
 
     kind = "answer"
-    text: str
-
-    def check(self) -> None:
-        _not_empty(self, "text")
+    text: Annotated[str, NonEmpty()]
 
 
 SEARCH_ACTIONS = ActionSpace("search", [Search, Open, Find, Answer])

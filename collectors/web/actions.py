@@ -4,42 +4,44 @@ carries in the observation text)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from collectors.actions import ActionError, ActionSpace, ActionSpec
+from collectors.actions import ActionError, ActionSpace, ActionSpec, NonEmpty
 
 
 @dataclass(frozen=True)
-class Click(ActionSpec):
+class _OnElement(ActionSpec):
+    """Base of the actions on one element: its bid."""
+
+    bid: str
+
+
+class Click(_OnElement):
     """Click the element with this bid."""
 
     kind = "click"
-    bid: str
 
 
 @dataclass(frozen=True)
-class Fill(ActionSpec):
+class Fill(_OnElement):
     """Replace the text of the input or text area with this bid."""
 
     kind = "fill"
-    bid: str
     text: str
 
 
 @dataclass(frozen=True)
-class SelectOption(ActionSpec):
+class SelectOption(_OnElement):
     """Choose the option with this value (or label) in the select element with this bid."""
 
     kind = "select_option"
-    bid: str
     value: str
 
 
-@dataclass(frozen=True)
-class Hover(ActionSpec):
+class Hover(_OnElement):
     """Move the mouse over the element with this bid."""
 
     kind = "hover"
-    bid: str
 
 
 @dataclass(frozen=True)
@@ -47,11 +49,7 @@ class Press(ActionSpec):
     """Press a key or chord on the focused element, e.g. Enter, Tab, Control+a."""
 
     kind = "press"
-    key: str
-
-    def check(self) -> None:
-        if not self.key.strip():
-            raise ActionError("press.key: must not be empty")
+    key: Annotated[str, NonEmpty()]
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,6 @@ class Goto(ActionSpec):
             raise ActionError(f"goto.url: expected an http(s) URL or a path, got {self.url!r}")
 
 
-@dataclass(frozen=True)
 class GoBack(ActionSpec):
     """Go back in the current tab's history."""
 
@@ -98,7 +95,6 @@ class SwitchTab(ActionSpec):
     index: int
 
 
-@dataclass(frozen=True)
 class CloseTab(ActionSpec):
     """Close the current tab (the last one cannot be closed)."""
 
@@ -113,7 +109,6 @@ class SendMsgToUser(ActionSpec):
     text: str
 
 
-@dataclass(frozen=True)
 class Noop(ActionSpec):
     """Do nothing; wait for the page."""
 

@@ -5,8 +5,13 @@ import json
 import pytest
 
 from collectors.actions import ActionError
+from collectors.android.actions import ANDROID_ACTIONS
+from collectors.mcp.actions import MCP_ACTIONS
+from collectors.os.actions import OS_ACTIONS
+from collectors.search.actions import SEARCH_ACTIONS
 from collectors.swe import SWEEnv
 from collectors.terminal import RunCommand, TerminalEnv
+from collectors.web.actions import WEB_ACTIONS
 
 SPACE = TerminalEnv.action_space
 
@@ -50,3 +55,42 @@ def test_descriptions_and_tools_are_generated_from_the_code():
     assert tools["view"]["parameters"]["required"] == ["path"]
     assert tools["view"]["parameters"]["properties"]["end"] == {"anyOf": [{"type": "integer"}, {"type": "null"}]}
     json.dumps(tools)  # serialisable as an API request
+
+
+@pytest.mark.parametrize(
+    ("space", "raw", "message"),
+    [
+        (
+            ANDROID_ACTIONS,
+            {"action": "swipe", "x1": 0, "y1": 0, "x2": 1, "y2": 1, "duration_ms": 1},
+            "swipe.duration_ms: expected 10 to 5000, got 1",
+        ),
+        (ANDROID_ACTIONS, {"action": "wait", "seconds": 11}, "wait.seconds: expected 0 to 10, got 11"),
+        (ANDROID_ACTIONS, {"action": "input_text", "text": ""}, "input_text.text: expected 1 to 1000 characters"),
+        (
+            ANDROID_ACTIONS,
+            {"action": "status", "goal_status": "x"},
+            "status.goal_status: expected complete or infeasible, got 'x'",
+        ),
+        (OS_ACTIONS, {"action": "click", "x": 1, "y": 1, "button": "x"}, "click.button: expected left, middle or right, got 'x'"),
+        (OS_ACTIONS, {"action": "type_text", "text": "x" * 2001}, "type_text.text: expected 1 to 2000 characters"),
+        (WEB_ACTIONS, {"action": "press", "key": " "}, "press.key: must not be empty"),
+        (MCP_ACTIONS, {"action": "call_tool", "name": ""}, "call_tool.name: must not be empty"),
+        (SEARCH_ACTIONS, {"action": "search", "query": " ", "top_k": 0}, "search.query: must not be empty"),
+        (SEARCH_ACTIONS, {"action": "search", "query": "x", "top_k": 0}, "search.top_k: must be between 1 and 50, got 0"),
+        (SEARCH_ACTIONS, {"action": "search", "query": 3}, "search.query: expected str, got 3"),  # the type before the limit
+    ],
+)
+def test_declared_limits_are_checked_at_construction_with_one_message(space, raw, message):
+    with pytest.raises(ActionError) as info:
+        space.parse(raw)
+    assert str(info.value) == message
+
+
+def test_limits_do_not_show_in_descriptions_or_schemas():
+    assert "- swipe(x1: int, y1: int, x2: int, y2: int, duration_ms: int = 300): Drag" in ANDROID_ACTIONS.describe()
+    (press,) = [t["function"] for t in WEB_ACTIONS.tools() if t["function"]["name"] == "press"]
+    assert press["parameters"]["properties"] == {"key": {"type": "string"}}
+    # field-less and base-field actions are frozen dataclasses like the others
+    assert WEB_ACTIONS.parse({"action": "hover", "bid": "7"}).canonical == '{"bid":"7","kind":"hover"}'
+    assert WEB_ACTIONS.parse({"action": "noop"}) == WEB_ACTIONS.parse('{"action": "noop"}')
