@@ -78,17 +78,26 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     for w in counts:
         seconds = statistics.median(x["seconds"] for x in runs[w])
-        rows[w] = {"seconds": seconds, "episodes": runs[w][0]["episodes"], "transitions": runs[w][0]["transitions"],
-                   "episodes_per_s": runs[w][0]["episodes"] / seconds, "steps_per_s": runs[w][0]["transitions"] / seconds,
-                   "all_seconds": [round(x["seconds"], 2) for x in runs[w]]}  # fmt: skip
+        rows[w] = {
+            "seconds": seconds,
+            "episodes": runs[w][0]["episodes"],
+            "transitions": runs[w][0]["transitions"],
+            "episodes_per_s": runs[w][0]["episodes"] / seconds,
+            "steps_per_s": runs[w][0]["transitions"] / seconds,
+            "all_seconds": [round(x["seconds"], 2) for x in runs[w]],
+        }
     base = rows[counts[0]]["seconds"]
-    print(f"Collection scaling ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"{rows[counts[0]]['episodes']} terminal+SWE episodes, local backend, median of {args.rounds})\n")  # fmt: skip
+    print(
+        f"Collection scaling ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{rows[counts[0]]['episodes']} terminal+SWE episodes, local backend, median of {args.rounds})\n"
+    )
     print("| workers | wall s (median) | episodes/s | steps/s | speed-up vs 1 worker | runs (s) |")
     print("|---:|---:|---:|---:|---:|---|")
     for w, row in rows.items():
-        print(f"| {w} | {row['seconds']:.1f} | {row['episodes_per_s']:.2f} | {row['steps_per_s']:.1f} | "
-              f"{base / row['seconds']:.2f}x | {', '.join(map(str, row['all_seconds']))} |")  # fmt: skip
+        print(
+            f"| {w} | {row['seconds']:.1f} | {row['episodes_per_s']:.2f} | {row['steps_per_s']:.1f} | "
+            f"{base / row['seconds']:.2f}x | {', '.join(map(str, row['all_seconds']))} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({str(w): r for w, r in rows.items()}, indent=1))
     return 0

@@ -79,13 +79,27 @@ class PeakSampler(threading.Thread):
 
 def run_size(n: int, work: Path, per_pass: int, keep: str | None = None) -> dict:
     store = work / f"store-{n}"
-    subprocess.run([sys.executable, "-m", "trajforge", "synth", str(store), "-n", str(n), "--duplicates", "0.1",
-                    "--seed", "11"], check=True, capture_output=True, cwd=ROOT)  # fmt: skip
-    planted = json.loads(subprocess.run(
-        [sys.executable, "-c", f"from collectors.synth import Synthesizer as S; g=S(11, duplicates=0.1); "
-         f"all(True for _ in g.transitions({n})); import json; g.summary.planted = len(g.summary.planted); "
-         "print(json.dumps(g.summary.__dict__))"],
-        check=True, capture_output=True, text=True, cwd=ROOT).stdout)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "trajforge", "synth", str(store), "-n", str(n), "--duplicates", "0.1", "--seed", "11"],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
+    planted = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from collectors.synth import Synthesizer as S; g=S(11, duplicates=0.1); "
+                f"all(True for _ in g.transitions({n})); import json; g.summary.planted = len(g.summary.planted); "
+                "print(json.dumps(g.summary.__dict__))",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        ).stdout
+    )
     code = (
         "import json, resource; from pipelines.curate.config import load_curation; from pipelines.curate.run import curate;"
         f"cfg = load_curation('examples/curation/default.yaml'); cfg.max_transitions_per_pass = {per_pass};"
@@ -117,13 +131,23 @@ def run_size(n: int, work: Path, per_pass: int, keep: str | None = None) -> dict
     else:
         shutil.rmtree(store)
     return {
-        "n": n, "wall": wall, "rate_core": n / wall / (os.cpu_count() or 1), "beam": report["seconds"]["beam"],
-        "finalise": report["seconds"]["finalise"], "driver_mb": report["self_rss_mb"], "worker_mb": report["children_rss_mb"],
-        "pass_mb": sampler.largest_mb("pass"), "beam_mb": sampler.largest_mb("beam"), "passes": len(report["index_rows"]),
-        "exact_found": found.get("exact_dedup", 0), "near_found": found.get("near_dedup", 0),
-        "exact_planted": planted["exact_duplicate_trajectories"], "near_planted": planted["near_duplicate_trajectories"],
-        "kept": report["kept"], "rejected": report["rejected"],
-    }  # fmt: skip
+        "n": n,
+        "wall": wall,
+        "rate_core": n / wall / (os.cpu_count() or 1),
+        "beam": report["seconds"]["beam"],
+        "finalise": report["seconds"]["finalise"],
+        "driver_mb": report["self_rss_mb"],
+        "worker_mb": report["children_rss_mb"],
+        "pass_mb": sampler.largest_mb("pass"),
+        "beam_mb": sampler.largest_mb("beam"),
+        "passes": len(report["index_rows"]),
+        "exact_found": found.get("exact_dedup", 0),
+        "near_found": found.get("near_dedup", 0),
+        "exact_planted": planted["exact_duplicate_trajectories"],
+        "near_planted": planted["near_duplicate_trajectories"],
+        "kept": report["kept"],
+        "rejected": report["rejected"],
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

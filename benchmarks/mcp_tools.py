@@ -30,7 +30,6 @@ CASES = {
 }
 
 
-
 def main(argv: list[str] | None = None) -> None:
     args = options(__doc__, argv, calls=500, repeats=5)
     from collectors.mcp.client import Connection
@@ -56,12 +55,16 @@ def main(argv: list[str] | None = None) -> None:
         rows.append((env_id, tool, statistics.median(starts), base, stepped))
     when = time.strftime("%Y-%m-%d")
     print(f"\n### MCP ({when}, {cores} cores, stdio, {args.calls} calls x {args.repeats} repeats, medians)\n")
-    print("| server | tool | start + tools/list s | SDK calls/s | SDK calls/s per core | SDK p50 / p95 ms "
-          "| env.step calls/s | env.step p50 / p95 ms | env.step / SDK rate |")  # fmt: skip
+    print(
+        "| server | tool | start + tools/list s | SDK calls/s | SDK calls/s per core | SDK p50 / p95 ms "
+        "| env.step calls/s | env.step p50 / p95 ms | env.step / SDK rate |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for env_id, tool, start, (b, b50, b95), (s, s50, s95) in rows:
-        print(f"| {env_id} | {tool} | {start:.2f} | {b:.0f} | {b / cores:.0f} | {b50:.2f} / {b95:.2f} | {s:.0f} "
-              f"| {s50:.2f} / {s95:.2f} | {s / b:.2f} |")  # fmt: skip
+        print(
+            f"| {env_id} | {tool} | {start:.2f} | {b:.0f} | {b / cores:.0f} | {b50:.2f} / {b95:.2f} | {s:.0f} "
+            f"| {s50:.2f} / {s95:.2f} | {s / b:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -163,8 +163,11 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         planted = make_documents(args.transitions, args.seed, tmp / "docs")
         n_docs = sum(len(f.read_text().splitlines()) for f in (tmp / "docs").glob("*.jsonl"))
-        print(f"{n_docs} documents ({args.transitions} transitions), {len(planted)} planted copies, "
-              f"made in {time.perf_counter() - t0:.0f} s", file=sys.stderr)  # fmt: skip
+        print(
+            f"{n_docs} documents ({args.transitions} transitions), {len(planted)} planted copies, "
+            f"made in {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
         runs: dict[str, list[float]] = {"trajforge": [], "datatrove": []}
         removed: dict[str, set[str]] = {}
         for r in range(args.repeats):
@@ -178,15 +181,19 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     base = statistics.median(runs["datatrove"])
-    print(f"\n### Near-duplicate stage vs datatrove ({time.strftime('%Y-%m-%d')}, {workers} cores, {n_docs:,} documents "
-          f"from {args.transitions:,} transitions, {len(planted):,} planted copies, median of {args.repeats})\n")  # fmt: skip
+    print(
+        f"\n### Near-duplicate stage vs datatrove ({time.strftime('%Y-%m-%d')}, {workers} cores, {n_docs:,} documents "
+        f"from {args.transitions:,} transitions, {len(planted):,} planted copies, median of {args.repeats})\n"
+    )
     print("| system | median s | runs s | documents/s per core | time vs datatrove | precision | recall |")
     print("|---|---|---|---|---|---|---|")
     for name, secs in runs.items():
         med = statistics.median(secs)
         precision, recall = score(removed[name], planted)
-        print(f"| {name} | {med:.1f} | {', '.join(f'{s:.1f}' for s in secs)} | {n_docs / med / workers:.0f} "
-              f"| {med / base:.2f}x | {precision:.3f} | {recall:.3f} |")  # fmt: skip
+        print(
+            f"| {name} | {med:.1f} | {', '.join(f'{s:.1f}' for s in secs)} | {n_docs / med / workers:.0f} "
+            f"| {med / base:.2f}x | {precision:.3f} | {recall:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "trajforge", *args], check=True, capture_output=True, text=True,
-                          cwd=ROOT).stdout  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "trajforge", *args], check=True, capture_output=True, text=True, cwd=ROOT).stdout
 
 
 def reruns(store: Path, times: int) -> dict:
@@ -39,8 +38,9 @@ def reruns(store: Path, times: int) -> dict:
     cli, calls = [], []
     for _ in range(times):
         t0 = time.perf_counter()
-        out = _run("release", "create", "examples/mixtures/default.yaml", "--store", str(store), "--name", "bench",
-                   "--version", "1")  # fmt: skip
+        out = _run(
+            "release", "create", "examples/mixtures/default.yaml", "--store", str(store), "--name", "bench", "--version", "1"
+        )
         cli.append(time.perf_counter() - t0)
         if "identical" not in out:
             sys.exit(f"the rerun rebuilt instead of answering identical:\n{out}")
@@ -50,8 +50,9 @@ def reruns(store: Path, times: int) -> dict:
             f"r = create_release(cfg, {str(store)!r}, 'bench', '1', log=lambda m: None); "
             "print(time.perf_counter() - t, r.identical)"
         )
-        took, identical = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                                         check=True).stdout.split()[-2:]  # fmt: skip
+        took, identical = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+        ).stdout.split()[-2:]
         assert identical == "True"
         calls.append(float(took))
     return {"rerun_cli": statistics.median(cli), "rerun_call": statistics.median(calls), "reruns": times}
@@ -80,26 +81,40 @@ def run_size(n: int, work: Path, existing: str | None = None, times: int = 0) ->
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
     if out.returncode:
-        sys.exit(f"release create failed after {wall:.0f} s:\n" + "\n".join(
-            line for line in out.stderr.splitlines() if not line.startswith(("INFO:", "WARNING:root")))[-6000:])  # fmt: skip
+        sys.exit(
+            f"release create failed after {wall:.0f} s:\n"
+            + "\n".join(line for line in out.stderr.splitlines() if not line.startswith(("INFO:", "WARNING:root")))[-6000:]
+        )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     release = Path(report["path"])
     size = sum(f.stat().st_size for f in release.rglob("*") if f.is_file())
     by_stage = {st: sum(splits.values()) for st, splits in report["samples"].items()}
     tokens = {st: sum(splits.values()) for st, splits in report["tokens"].items()}
     cores = os.cpu_count() or 1
-    return {"n": n, "kept": kept, "wall": wall, "samples": sum(by_stage.values()), "by_stage": by_stage,
-            "tokens": sum(tokens.values()), "samples_core": sum(by_stage.values()) / wall / cores,
-            "tokens_core": sum(tokens.values()) / wall / cores, "driver_mb": report["self_rss_mb"],
-            "worker_mb": report["children_rss_mb"], "curated_mb": curated / 1e6, "release_mb": size / 1e6,
-            **(reruns(store, times) if times else {})}  # fmt: skip
+    return {
+        "n": n,
+        "kept": kept,
+        "wall": wall,
+        "samples": sum(by_stage.values()),
+        "by_stage": by_stage,
+        "tokens": sum(tokens.values()),
+        "samples_core": sum(by_stage.values()) / wall / cores,
+        "tokens_core": sum(tokens.values()) / wall / cores,
+        "driver_mb": report["self_rss_mb"],
+        "worker_mb": report["children_rss_mb"],
+        "curated_mb": curated / 1e6,
+        "release_mb": size / 1e6,
+        **(reruns(store, times) if times else {}),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000")
-    ap.add_argument("--store", help="a store curated already (e.g. by benchmarks/curate.py --keep-largest); its size is "
-                    "the raw transitions it holds")  # fmt: skip
+    ap.add_argument(
+        "--store",
+        help="a store curated already (e.g. by benchmarks/curate.py --keep-largest); its size is the raw transitions it holds",
+    )
     ap.add_argument("--reruns", type=int, default=5, help="unchanged reruns timed after the build (0: none)")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="trajforge-release-"))
@@ -111,8 +126,10 @@ def main(argv: list[str] | None = None) -> None:
             rows = [run_size(int(n), work, times=args.reruns) for n in args.sizes.split(",")]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n### Release build ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, DirectRunner multi_processing, "
-          "default mixture: CPT + SFT + RL; a given --store uses its own tokenizer, else a 4,096-token BPE)\n")  # fmt: skip
+    print(
+        f"\n### Release build ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, DirectRunner multi_processing, "
+        "default mixture: CPT + SFT + RL; a given --store uses its own tokenizer, else a 4,096-token BPE)\n"
+    )
     print(
         "| raw transitions | curated kept | wall s | samples (cpt / sft / rl) | tokens | samples/s per core "
         "| tokens/s per core | driver peak MB | largest worker peak MB | curated MB | release MB | release / curated |"
@@ -120,17 +137,21 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         st = r["by_stage"]
-        print(f"| {r['n']:,} | {r['kept']:,} | {r['wall']:.0f} | {st.get('cpt', 0):,} / {st.get('sft', 0):,} / "
-              f"{st.get('rl', 0):,} | {r['tokens']:,} | {r['samples_core']:.0f} | {r['tokens_core']:,.0f} "
-              f"| {r['driver_mb']:.0f} | {r['worker_mb']:.0f} | {r['curated_mb']:.0f} | {r['release_mb']:.0f} "
-              f"| {r['release_mb'] / r['curated_mb']:.2f}x |")  # fmt: skip
+        print(
+            f"| {r['n']:,} | {r['kept']:,} | {r['wall']:.0f} | {st.get('cpt', 0):,} / {st.get('sft', 0):,} / "
+            f"{st.get('rl', 0):,} | {r['tokens']:,} | {r['samples_core']:.0f} | {r['tokens_core']:,.0f} "
+            f"| {r['driver_mb']:.0f} | {r['worker_mb']:.0f} | {r['curated_mb']:.0f} | {r['release_mb']:.0f} "
+            f"| {r['release_mb'] / r['curated_mb']:.2f}x |"
+        )
     if any("rerun_cli" in r for r in rows):
         print("\nUnchanged rerun (answered from the manifest's input hash, no Beam), medians:\n")
         print("| raw transitions | first build s | reruns | `release create` wall s | `create_release` call s | build / rerun |")
         print("|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['n']:,} | {r['wall']:.1f} | {r['reruns']} | {r['rerun_cli']:.2f} | {r['rerun_call']:.3f} "
-                  f"| {r['wall'] / r['rerun_cli']:.0f}x |")  # fmt: skip
+            print(
+                f"| {r['n']:,} | {r['wall']:.1f} | {r['reruns']} | {r['rerun_cli']:.2f} | {r['rerun_call']:.3f} "
+                f"| {r['wall'] / r['rerun_cli']:.0f}x |"
+            )
 
 
 if __name__ == "__main__":

@@ -92,9 +92,11 @@ def main(argv: list[str] | None = None) -> None:
 
     (ls, lt, lm), (ss, st, sm) = rates("local"), rates("s3")
     print(f"\n### Upload to a local S3 server ({datetime.now(UTC):%Y-%m-%d}, `make bench-s3`)\n")
-    print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; moto {_version('moto')}, "
-          f"pyarrow {_version('pyarrow')}. {args.transitions:,} synthetic transitions "
-          f"({results['local'][0][1] / MIB:.1f} MiB of zstd shards, 2,000 rows a shard), median of {args.rounds}.\n")  # fmt: skip
+    print(
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; moto {_version('moto')}, "
+        f"pyarrow {_version('pyarrow')}. {args.transitions:,} synthetic transitions "
+        f"({results['local'][0][1] / MIB:.1f} MiB of zstd shards, 2,000 rows a shard), median of {args.rounds}.\n"
+    )
     print("| what | local disk | S3 (moto, 127.0.0.1) | S3 / local |")
     print("|---|---:|---:|---:|")
     print(f"| `StoreWriter` seconds | {ls:.2f} | {ss:.2f} | {ls / ss:.2f}x speed |")

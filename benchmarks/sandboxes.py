@@ -117,8 +117,10 @@ def bench_cli(host: str, repeats: int) -> dict[str, float]:
     cid = run("run", "-d", *base, IMAGE, "sleep", "infinity")
     try:
         execs = [timed(lambda: run("exec", cid, "true")) for _ in range(repeats)]
-        shells = [timed(lambda: [run("exec", cid, "bash", "-c", f"echo {i} > /tmp/f && cat /tmp/f") for i in range(20)])
-                  for _ in range(3)]  # fmt: skip
+        shells = [
+            timed(lambda: [run("exec", cid, "bash", "-c", f"echo {i} > /tmp/f && cat /tmp/f") for i in range(20)])
+            for _ in range(3)
+        ]
         resets, images = [], []
         current = cid
         for i in range(max(5, repeats // 3)):

@@ -47,8 +47,9 @@ FIXTURES = ROOT.parent / "shared" / "fixtures" / "agent-data"
 
 def old_scrubber():
     """The old module (its scrub_text, scrub_transition, secret_rows) and its default kinds."""
-    source = subprocess.run(["git", "show", f"{BASELINE}:pipelines/curate/logic.py"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout  # fmt: skip
+    source = subprocess.run(
+        ["git", "show", f"{BASELINE}:pipelines/curate/logic.py"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "old_logic.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("old_logic", path)
@@ -61,9 +62,38 @@ def old_scrubber():
 # -- ordinary corpora ---------------------------------------------------------------------------
 def man_pages(n: int) -> list[str]:
     """``n`` rendered man pages: the tools that take credentials first, then a fixed sample."""
-    wanted = ["curl", "wget", "ssh", "scp", "sftp", "ssh-keygen", "ssh-agent", "sshpass", "openssl", "gpg", "git-config",
-              "git-credential", "git-clone", "zip", "unzip", "7z", "ldapsearch", "smbclient", "htpasswd", "podman-login",
-              "redis-cli", "psql", "mysql", "sudo", "su", "passwd", "chpasswd", "login", "env", "bash"]  # fmt: skip
+    wanted = [
+        "curl",
+        "wget",
+        "ssh",
+        "scp",
+        "sftp",
+        "ssh-keygen",
+        "ssh-agent",
+        "sshpass",
+        "openssl",
+        "gpg",
+        "git-config",
+        "git-credential",
+        "git-clone",
+        "zip",
+        "unzip",
+        "7z",
+        "ldapsearch",
+        "smbclient",
+        "htpasswd",
+        "podman-login",
+        "redis-cli",
+        "psql",
+        "mysql",
+        "sudo",
+        "su",
+        "passwd",
+        "chpasswd",
+        "login",
+        "env",
+        "bash",
+    ]
     names = sorted({p.name.split(".")[0] for p in Path("/usr/share/man/man1").glob("*.1*")})
     rest = [x for x in names if x not in wanted]
     chosen = [x for x in wanted if x in names] + random.Random(0).sample(rest, min(len(rest), n))
@@ -139,8 +169,13 @@ def curation_batch(n: int, seed: int = 11):
 def text_bytes(batch) -> int:
     """Bytes of the text the scrubber reads: states, next states, actions, instructions."""
     state, next_state, action = (batch.column(c) for c in ("state", "next_state", "action"))
-    columns = [state.field("text"), next_state.field("text"), action.field("canonical"), action.field("raw"),
-               batch.column("instruction")]  # fmt: skip
+    columns = [
+        state.field("text"),
+        next_state.field("text"),
+        action.field("canonical"),
+        action.field("raw"),
+        batch.column("instruction"),
+    ]
     return sum(len((x or "").encode()) for column in columns for x in column.to_pylist())
 
 
@@ -211,8 +246,10 @@ def main(argv: list[str] | None = None) -> None:
         old_changed = count_old(texts, old, [k for k in old_kinds if k != "email"])
         emails = count_changes(texts, ["email"])[0]
         rate = changed / total if total else 0.0
-        print(f"  {name:<22} new {changed:>4}/{total:<7} ({rate * 1000:.2f} per 1,000)  old {old_changed:>4}  "
-              f"email lines {emails}  {dict(kinds)}")  # fmt: skip
+        print(
+            f"  {name:<22} new {changed:>4}/{total:<7} ({rate * 1000:.2f} per 1,000)  old {old_changed:>4}  "
+            f"email lines {emails}  {dict(kinds)}"
+        )
         for b, a in examples[:40]:
             print(f"      - {b.strip()[:140]}\n      + {a.strip()[:140]}")
 
@@ -228,8 +265,10 @@ def main(argv: list[str] | None = None) -> None:
     for name, fn in runs.items():
         seconds, flagged = timed(fn, batch)
         results[name] = seconds
-        print(f"  {name:<42} {batch.num_rows / seconds:>9,.0f} transitions/s  {mb / seconds:>6.1f} MB/s  "
-              f"rows flagged {flagged}/{batch.num_rows}")  # fmt: skip
+        print(
+            f"  {name:<42} {batch.num_rows / seconds:>9,.0f} transitions/s  {mb / seconds:>6.1f} MB/s  "
+            f"rows flagged {flagged}/{batch.num_rows}"
+        )
     first, second = list(results.values())[:2]
     print(f"  new / old throughput: {first / second:.2f}x  ({mb:.1f} MB of text)")
 
@@ -244,16 +283,29 @@ def hostile_texts(n: int = 200_000) -> dict[str, str]:
     """Texts an agent could print to make a regex scan quadratic: long runs of what the rules
     start on, with nothing that completes a match."""
     return {
-        "mysql words": "mysql " * (n // 6), "pass run": "pass" * (n // 4), "sk- run": "sk-" * (n // 3),
-        "dashes": "--" + "-" * n, "eyJ run": "eyJ" * (n // 3), "eyJab. run": "eyJab." * (n // 6),
-        "email local part": "a." * (n // 2) + "@", "aws key, spaces": "aws_secret_access_key" + " " * n,
-        "BEGIN, no END": "-----BEGIN RSA PRIVATE KEY-----\n" * (n // 32), ":// run": "://" + "a" * n + ":",
-        "Authorization, spaces": "Authorization:" + " " * n, "password, quotes": "password: " + '"' * n,
-        "backslashes": "\\" * n, "key= run": "key=" * (n // 4), "escaped token run": 'token\\": \\"' * (n // 12),
-        "curl -u run": "curl " + "-u a:" * (n // 5), "://a:b@ run": "://a:b@" * (n // 7), "xoxb run": "xoxb-1-" * (n // 7),
-        "AKIA run": "AKIA" * (n // 4), "digits and colons": "1234567890:" * (n // 11), "bearer run": "bearer " * (n // 7),
+        "mysql words": "mysql " * (n // 6),
+        "pass run": "pass" * (n // 4),
+        "sk- run": "sk-" * (n // 3),
+        "dashes": "--" + "-" * n,
+        "eyJ run": "eyJ" * (n // 3),
+        "eyJab. run": "eyJab." * (n // 6),
+        "email local part": "a." * (n // 2) + "@",
+        "aws key, spaces": "aws_secret_access_key" + " " * n,
+        "BEGIN, no END": "-----BEGIN RSA PRIVATE KEY-----\n" * (n // 32),
+        ":// run": "://" + "a" * n + ":",
+        "Authorization, spaces": "Authorization:" + " " * n,
+        "password, quotes": "password: " + '"' * n,
+        "backslashes": "\\" * n,
+        "key= run": "key=" * (n // 4),
+        "escaped token run": 'token\\": \\"' * (n // 12),
+        "curl -u run": "curl " + "-u a:" * (n // 5),
+        "://a:b@ run": "://a:b@" * (n // 7),
+        "xoxb run": "xoxb-1-" * (n // 7),
+        "AKIA run": "AKIA" * (n // 4),
+        "digits and colons": "1234567890:" * (n // 11),
+        "bearer run": "bearer " * (n // 7),
         "--password run": "--password " * (n // 11),
-    }  # fmt: skip
+    }
 
 
 def count_old(texts: list[str], old, kinds) -> int:

@@ -51,8 +51,10 @@ def main(argv: list[str] | None = None) -> None:
             env.reset()
             stepped = rate(lambda q: env.step({"action": "search", "query": q}), queries, args.repeats)
     chars = sum(len(d.text) for d in docs)
-    print(f"pydoc corpus: {len(docs)} documents, {chars / 1e6:.2f} M characters, {len(queries)} queries, "
-          f"median of {args.repeats} repeats, index {index.version}\n")  # fmt: skip
+    print(
+        f"pydoc corpus: {len(docs)} documents, {chars / 1e6:.2f} M characters, {len(queries)} queries, "
+        f"median of {args.repeats} repeats, index {index.version}\n"
+    )
     print("| measure | value |\n|---|---|")
     print(f"| corpus extraction (import + inspect) | {extract_s:.2f} s |")
     print(f"| index build | {statistics.median(builds):.2f} s |")

@@ -41,9 +41,16 @@ from simulate.env import SimEnv
 from simulate.tiny import planted_model
 
 ROOT = Path(__file__).resolve().parents[1]
-QWEN3_0_6B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
-              "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
-              "tie_word_embeddings": True}  # fmt: skip
+QWEN3_0_6B = {
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": True,
+}
 QWEN3_VOCAB = 151_936
 
 
@@ -144,8 +151,12 @@ def main(argv: list[str] | None = None) -> dict:
 def table(out: dict, lengths: list[int]) -> str:
     cols = ["planted", *(f"decode_{n}" for n in lengths)]
     head = " | ".join(f"sim {c.replace('decode_', '')} tok/step" if c != "planted" else "sim planted" for c in cols)
-    lines = [f"simulated vs real steps/s ({out['size']} model on {out['device']}, median of {out['rounds']} rounds)", "",
-             f"| domain | steps | median prompt tokens | real | {head} |", "|" + "---|" * (len(cols) + 4)]  # fmt: skip
+    lines = [
+        f"simulated vs real steps/s ({out['size']} model on {out['device']}, median of {out['rounds']} rounds)",
+        "",
+        f"| domain | steps | median prompt tokens | real | {head} |",
+        "|" + "---|" * (len(cols) + 4),
+    ]
     for d, r in out["domains"].items():
         cells = " | ".join(f"{r[c]:.2f} ({r[c] / r['real']:.2f}x)" for c in cols)
         lines.append(f"| {d} | {r['steps']} | {r['median_prompt_tokens']:.0f} | {r['real']:.2f} | {cells} |")

@@ -52,11 +52,23 @@ def make_release(work: Path, n: int) -> tuple[str, str]:
 def _config(store: str, release: str, stage: str, max_length: int, out: str, steps: int = 30):
     from training.config import TrainConfig
 
-    return TrainConfig.model_validate({
-        "stage": stage, "model": {"init": {}}, "store": store, "release": release, "output": out, "max_length": max_length,
-        "train": {"max_steps": steps, "per_device_batch_size": 4, "learning_rate": 1e-3, "save_steps": 1000,
-                  "logging_steps": 10},
-    })  # fmt: skip
+    return TrainConfig.model_validate(
+        {
+            "stage": stage,
+            "model": {"init": {}},
+            "store": store,
+            "release": release,
+            "output": out,
+            "max_length": max_length,
+            "train": {
+                "max_steps": steps,
+                "per_device_batch_size": 4,
+                "learning_rate": 1e-3,
+                "save_steps": 1000,
+                "logging_steps": 10,
+            },
+        }
+    )
 
 
 def _trainer(cfg):
@@ -155,21 +167,28 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(work, ignore_errors=True)
     cores = os.cpu_count() or 1
     load, train = statistics.median(loads), statistics.median(trains)
-    print(f"\n### Training data path ({time.strftime('%Y-%m-%d')}, {cores} cores, {args.transitions:,} transitions, "
-          f"CPT train split {tokens:,} tokens packed at 2,048, median of {args.repeats})\n")  # fmt: skip
+    print(
+        f"\n### Training data path ({time.strftime('%Y-%m-%d')}, {cores} cores, {args.transitions:,} transitions, "
+        f"CPT train split {tokens:,} tokens packed at 2,048, median of {args.repeats})\n"
+    )
     print("| what | tokens/s | per core | runs |")
     print("|---|---|---|---|")
-    print(f"| loading: read + tokenise + BFD pack + collate (1 process) | {load:,.0f} | {load:,.0f} | "
-          f"{', '.join(f'{x:,.0f}' for x in loads)} |")  # fmt: skip
-    print(f"| training: tiny Qwen3, 4 x 2,048 tokens a step ({cores} cores) | {train:,.0f} | {train / cores:,.0f} | "
-          f"{', '.join(f'{x:,.0f}' for x in trains)} |")  # fmt: skip
+    print(
+        f"| loading: read + tokenise + BFD pack + collate (1 process) | {load:,.0f} | {load:,.0f} | "
+        f"{', '.join(f'{x:,.0f}' for x in loads)} |"
+    )
+    print(
+        f"| training: tiny Qwen3, 4 x 2,048 tokens a step ({cores} cores) | {train:,.0f} | {train / cores:,.0f} | "
+        f"{', '.join(f'{x:,.0f}' for x in trains)} |"
+    )
     print(
         f"\nLoading per core / training per core: {load / (train / cores):.1f}x. Non-pad tokens / all tokens in the "
         f"collated CPT batches: {nonpad:.3f} (padding-free batches: packed sequences are concatenated, not padded)\n"
     )
     print("Bin fill of the packed sequences (real tokens / (sequences x length)): what a fixed-shape batch would carry.\n")
-    print("| stage | length | samples that fit (SFT: none is cut) | packing efficiency (BFD) | padding each sample "
-          "(no packing) |")  # fmt: skip
+    print(
+        "| stage | length | samples that fit (SFT: none is cut) | packing efficiency (BFD) | padding each sample (no packing) |"
+    )
     print("|---|---|---|---|---|")
     for stage, length, eff, unpacked, kept in pack:
         cells = f"{eff:.3f} | {unpacked:.3f}" if eff is not None else "- | -"

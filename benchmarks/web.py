@@ -59,8 +59,7 @@ def single(rounds: int) -> dict:
                     t3 = time.perf_counter()
                     baseline.append((t2 - t1) * 1000)
                     walk.append((t3 - t2) * 1000)
-    return {"steps": steps, "steps_s": steps / seconds, "observe": observe, "walk": walk, "baseline": baseline,
-            "resets": resets}  # fmt: skip
+    return {"steps": steps, "steps_s": steps / seconds, "observe": observe, "walk": walk, "baseline": baseline, "resets": resets}
 
 
 def _worker(seconds: float, out) -> None:
@@ -105,18 +104,24 @@ def main(argv: list[str] | None = None) -> None:
     s = single(args.rounds)
     cores = os.cpu_count() or 1
     par = [(int(w), parallel(int(w), args.seconds)) for w in args.workers.split(",")]
-    print(f"\n### Web (Chromium {_chromium_version()}, {time.strftime('%Y-%m-%d')}, {cores} cores, {args.rounds} rounds of "
-          f"{len(_tasks())} scripted tasks = {s['steps']} steps)\n")  # fmt: skip
+    print(
+        f"\n### Web (Chromium {_chromium_version()}, {time.strftime('%Y-%m-%d')}, {cores} cores, {args.rounds} rounds of "
+        f"{len(_tasks())} scripted tasks = {s['steps']} steps)\n"
+    )
     print("| what | p50 ms | p95 ms |")
     print("|---|---|---|")
     print(f"| step (action + settle + observation), one environment | {1000 / s['steps_s']:.0f} (mean) | - |")
     obs = s["observe"]
     print(f"| observation (tree walk + header + extra), in the step | {_pct(obs, 0.5):.1f} | {_pct(obs, 0.95):.1f} |")
     print(f"| tree walk alone (WALK_JS) | {_pct(s['walk'], 0.5):.1f} | {_pct(s['walk'], 0.95):.1f} |")
-    print(f"| baseline: Playwright aria_snapshot() of the same page | {_pct(s['baseline'], 0.5):.1f} "
-          f"| {_pct(s['baseline'], 0.95):.1f} |")  # fmt: skip
-    print(f"| reset (new context, fresh database, open start page, settle) | {_pct(s['resets'], 0.5):.0f} "
-          f"| {_pct(s['resets'], 0.95):.0f} |")  # fmt: skip
+    print(
+        f"| baseline: Playwright aria_snapshot() of the same page | {_pct(s['baseline'], 0.5):.1f} "
+        f"| {_pct(s['baseline'], 0.95):.1f} |"
+    )
+    print(
+        f"| reset (new context, fresh database, open start page, settle) | {_pct(s['resets'], 0.5):.0f} "
+        f"| {_pct(s['resets'], 0.95):.0f} |"
+    )
     ratio = statistics.median(s["walk"]) / statistics.median(s["baseline"])
     print(f"\nTree walk / aria_snapshot (medians): {ratio:.2f}x. One environment: {s['steps_s']:.1f} steps/s.\n")
     print("| worker processes (one browser each) | steps/s | steps/s per core |")

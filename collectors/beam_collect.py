@@ -106,8 +106,12 @@ def collect_unit(unit: Unit, store: Store | str, retries: int) -> dict[str, Any]
         _fault("committed")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return {"unit": unit.run_id, "status": "committed" if won else ("lost to another attempt" if done else "nothing to commit"),
-            "episodes": len(done), "transitions": sum(len(r.transitions) for r in done)}  # fmt: skip
+    return {
+        "unit": unit.run_id,
+        "status": "committed" if won else ("lost to another attempt" if done else "nothing to commit"),
+        "episodes": len(done),
+        "transitions": sum(len(r.transitions) for r in done),
+    }
 
 
 # -- Beam wiring --------------------------------------------------------------------------------
@@ -129,8 +133,17 @@ def _collect_transform(store: str, retries: int):
     return beam.ParDo(CollectUnit())
 
 
-def run_beam_job(job: JobConfig, tasks: list[Task], store: Store | str, *, runner: str, beam_args: list[str] | None = None,
-                 unit_size: int = 4, log=None, units_hook=None) -> JobSummary:  # fmt: skip
+def run_beam_job(
+    job: JobConfig,
+    tasks: list[Task],
+    store: Store | str,
+    *,
+    runner: str,
+    beam_args: list[str] | None = None,
+    unit_size: int = 4,
+    log=None,
+    units_hook=None,
+) -> JobSummary:
     """Run the job's episodes not yet in the store as a Beam pipeline of units."""
     options = check_beam_options(beam_args_for(runner, list(beam_args or []), job.workers))
     import apache_beam as beam
@@ -146,8 +159,10 @@ def run_beam_job(job: JobConfig, tasks: list[Task], store: Store | str, *, runne
         gc()
         todo = run.todo()
         units = make_units(todo, run.run_id, unit_size)
-        log(f"job {job.job_id}: {run.summary.planned} episodes planned, {run.summary.already_done} already done, "
-            f"{len(todo)} to run in {len(units)} Beam units on {runner}")  # fmt: skip
+        log(
+            f"job {job.job_id}: {run.summary.planned} episodes planned, {run.summary.already_done} already done, "
+            f"{len(todo)} to run in {len(units)} Beam units on {runner}"
+        )
         if units:
             elements = units_hook(units) if units_hook else units  # tests: duplicate elements
             p = beam.Pipeline(options=options)

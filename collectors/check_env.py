@@ -57,8 +57,7 @@ def check_env(make: Callable[[], Environment], task: Task, *, seed: int = 0) -> 
         _expect(bool(env.action_space.describe()), "the action space must describe itself for prompts")
         first = _episode(env, task, seed)
         obs, _ = env.reset(seed=seed, task=task)
-        for bad in ("not json", {"action": "no-such-action"}, {"action": next(iter(env.action_space.actions)),
-                                                                 "bogus": 1}):  # fmt: skip
+        for bad in ("not json", {"action": "no-such-action"}, {"action": next(iter(env.action_space.actions)), "bogus": 1}):
             after, reward, terminated, truncated, info = env.step(bad)
             _expect(bool(info.get("action_error")), f"malformed action {bad!r} must give action_error")
             _expect(after == obs, "a malformed action must leave the observation unchanged")

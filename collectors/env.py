@@ -285,6 +285,11 @@ class Environment(abc.ABC):
         self.observation = obs
         return obs, reward, terminated, False, info
 
+    @property
+    def unwrapped(self) -> Environment:
+        """This environment itself: what a wrapper's ``unwrapped`` ends at (Gymnasium's ``Env.unwrapped``)."""
+        return self
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True

@@ -66,12 +66,27 @@ class TerminalExplorer(Explorer):
         d = r.choice(self.dirs)
         w = r.choice(WORDS)
         commands = [
-            "ls -la", f"ls -p {d}", f"cat {f}", f"wc -l {f}", f"head -n {r.randint(3, 20)} {f}", f"grep -n {w} {f}",
-            f"echo {w} {r.randint(0, 999)} > {w}.txt", f"mkdir -p {w}_dir && ls -p", f"cd {d} && pwd", "cd /work",
-            "find . -maxdepth 2 -type f | sort | head -n 20", f"python3 -c 'print({r.randint(1, 9)} * {r.randint(1, 9)})'",
-            "git status 2>&1 | head -n 5", f"sort {f} | uniq -c | head", f"cp {f} {w}.bak && ls", "date -u +%F",
-            f"stat -c '%s %n' {f}", "env | sort | head -n 5", "ps -eo pid,args | head -n 5", f"rm -f {w}.bak; ls",
-        ]  # fmt: skip
+            "ls -la",
+            f"ls -p {d}",
+            f"cat {f}",
+            f"wc -l {f}",
+            f"head -n {r.randint(3, 20)} {f}",
+            f"grep -n {w} {f}",
+            f"echo {w} {r.randint(0, 999)} > {w}.txt",
+            f"mkdir -p {w}_dir && ls -p",
+            f"cd {d} && pwd",
+            "cd /work",
+            "find . -maxdepth 2 -type f | sort | head -n 20",
+            f"python3 -c 'print({r.randint(1, 9)} * {r.randint(1, 9)})'",
+            "git status 2>&1 | head -n 5",
+            f"sort {f} | uniq -c | head",
+            f"cp {f} {w}.bak && ls",
+            "date -u +%F",
+            f"stat -c '%s %n' {f}",
+            "env | sort | head -n 5",
+            "ps -eo pid,args | head -n 5",
+            f"rm -f {w}.bak; ls",
+        ]
         if r.random() < 0.1:
             return {
                 "action": "write_file",

@@ -68,9 +68,19 @@ class OpenAIChatPolicy(Policy):
 
     name = "openai-chat"
 
-    def __init__(self, action_space: ActionSpace, *, model: str, base_url: str, api_key_env: str = "OPENAI_API_KEY",
-                 temperature: float = 0.0, max_tokens: int = 512, retries: int = 4, timeout_s: float = 60.0,
-                 max_steps: int = 30) -> None:  # fmt: skip
+    def __init__(
+        self,
+        action_space: ActionSpace,
+        *,
+        model: str,
+        base_url: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        retries: int = 4,
+        timeout_s: float = 60.0,
+        max_steps: int = 30,
+    ) -> None:
         self.space, self.model, self.base_url = action_space, model, base_url.rstrip("/")
         self.api_key = os.environ.get(api_key_env, "")
         self.temperature, self.max_tokens, self.retries, self.timeout_s = temperature, max_tokens, retries, timeout_s

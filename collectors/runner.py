@@ -62,8 +62,12 @@ def _env_for(spec: EpisodeSpec, job: JobConfig):
     key = (spec.task.domain, spec.task.env_id)
     env = _ENVS.get(key)
     if env is None or env.closed:
-        real = lambda: make_env(spec.task.domain, job.sandbox_config(spec.run_id), spec.task.env_id,  # noqa: E731
-                                **job.env_options(spec.task.domain))  # fmt: skip
+
+        def real():
+            return make_env(
+                spec.task.domain, job.sandbox_config(spec.run_id), spec.task.env_id, **job.env_options(spec.task.domain)
+            )
+
         if job.backend != "real":  # a world model plays the environment; real() gives its initial observations
             env = _ENVS[key] = backend_env(job.backend)(spec.task.domain, job.sim, spec.task.env_id, real=real)
         else:
@@ -85,14 +89,21 @@ def run_episode_once(spec: EpisodeSpec) -> tuple[list[Transition], float]:
     base = _env_for(spec, job)
     policy = make_policy(job.policy_options(), env_class(task.domain).action_space)
     provenance = Provenance(
-        run_id=spec.run_id, collector=COLLECTOR, collector_version=COLLECTOR_VERSION,
-        sandbox_backend=base.sandbox_backend, image_digest=base.image_digest, seed=spec.seed, policy=policy.name,
-        model=policy.model or job.policy.model, job_id=spec.job_id,
-    )  # fmt: skip
+        run_id=spec.run_id,
+        collector=COLLECTOR,
+        collector_version=COLLECTOR_VERSION,
+        sandbox_backend=base.sandbox_backend,
+        image_digest=base.image_digest,
+        seed=spec.seed,
+        policy=policy.name,
+        model=policy.model or job.policy.model,
+        job_id=spec.job_id,
+    )
     env = Recorder(
         StepLimit(WallTimeLimit(base, job.episode_timeout_s), task.max_steps or job.max_steps),
-        trajectory_id=spec.trajectory_id, provenance=provenance,
-    )  # fmt: skip
+        trajectory_id=spec.trajectory_id,
+        provenance=provenance,
+    )
     obs, info = env.reset(seed=spec.seed, task=task)
     policy.reset(task, spec.seed)
     history: list[tuple[Any, Any]] = []
@@ -124,15 +135,32 @@ def run_episode(spec: EpisodeSpec, retries: int) -> EpisodeResult:
     for attempt in range(1, retries + 2):
         try:
             transitions, reset_ms = run_episode_once(spec)
-            return EpisodeResult(spec.key, spec.trajectory_id, spec.task.domain, True, attempt, transitions,
-                                 retried_after=reasons, reset_ms=reset_ms, seconds=time.monotonic() - t0)  # fmt: skip
+            return EpisodeResult(
+                spec.key,
+                spec.trajectory_id,
+                spec.task.domain,
+                True,
+                attempt,
+                transitions,
+                retried_after=reasons,
+                reset_ms=reset_ms,
+                seconds=time.monotonic() - t0,
+            )
         except TrajforgeError as exc:
             reasons.append(f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a bug or an unexpected engine error: record it, do not kill the job
             reasons.append(f"{type(exc).__name__}: {exc} ({traceback.format_exc(limit=3).splitlines()[-2].strip()})")
         _drop_env(spec)  # a fresh environment for the next attempt
-    return EpisodeResult(spec.key, spec.trajectory_id, spec.task.domain, False, retries + 1, reason=reasons[-1],
-                         retried_after=reasons[:-1], seconds=time.monotonic() - t0)  # fmt: skip
+    return EpisodeResult(
+        spec.key,
+        spec.trajectory_id,
+        spec.task.domain,
+        False,
+        retries + 1,
+        reason=reasons[-1],
+        retried_after=reasons[:-1],
+        seconds=time.monotonic() - t0,
+    )
 
 
 def _worker_exit() -> None:
@@ -163,8 +191,10 @@ def run_job(
         summary = run.summary
         index, count = shard
         which = f" (shard {index} of {count})" if count > 1 else ""
-        log(f"job {job.job_id}{which}: {summary.planned} episodes planned, {summary.already_done} already done, "
-            f"{len(todo)} to run")
+        log(
+            f"job {job.job_id}{which}: {summary.planned} episodes planned, {summary.already_done} already done, "
+            f"{len(todo)} to run"
+        )
         with run.ledger() as ledger, StoreWriter(run.store, run.run_id) as writer:
             for result in _results(job, todo):
                 _record(result, writer, ledger, summary)
@@ -202,8 +232,13 @@ def _worker_init(counter: Any = None) -> None:
 
 def ledger_entry(result: EpisodeResult) -> dict[str, Any]:
     """The ledger line of an episode's result (local runs and Beam units alike)."""
-    entry = {"episode": result.key, "trajectory_id": result.trajectory_id, "attempts": result.attempts,
-             "seconds": round(result.seconds, 3), "at": datetime.now(UTC).isoformat()}  # fmt: skip
+    entry = {
+        "episode": result.key,
+        "trajectory_id": result.trajectory_id,
+        "attempts": result.attempts,
+        "seconds": round(result.seconds, 3),
+        "at": datetime.now(UTC).isoformat(),
+    }
     if result.ok and result.transitions:
         entry |= {"status": "done", "steps": len(result.transitions), "reward": result.transitions[-1].reward}
     else:

@@ -166,10 +166,12 @@ class SWEEnv(SandboxEnv):
         text, truncated = clean(text)
         diff = self.sandbox.exec("git diff --stat", cwd=REPO).stdout.strip()
         obs = Observation.make(
-            text, "file_view" if text.startswith(("[File:", "    1")) else "text", truncated=truncated,
+            text,
+            "file_view" if text.startswith(("[File:", "    1")) else "text",
+            truncated=truncated,
             spans=detect_spans(text),
             extra={"open_file": self.open_file, "cwd": REPO, "diff_stat": diff, "tests": self.tests},
-        )  # fmt: skip
+        )
         return obs, (time.perf_counter() - t0) * 1000
 
     def _run_tests(self) -> str:
@@ -194,8 +196,9 @@ class SWEEnv(SandboxEnv):
             self.open_file = action.path
             text = f"[File: {action.path} ({total} lines), lines {action.start}-{min(end, total)}]\n{body.stdout}"
         elif isinstance(action, Search):
-            r = sb.exec(f"grep -rnI --exclude-dir=.git -e {shlex.quote(action.pattern)} {shlex.quote(action.path)} | head -n 50",
-                        cwd=REPO)  # fmt: skip
+            r = sb.exec(
+                f"grep -rnI --exclude-dir=.git -e {shlex.quote(action.pattern)} {shlex.quote(action.path)} | head -n 50", cwd=REPO
+            )
             text = r.stdout or f"No matches for {action.pattern!r}"
         elif isinstance(action, StrReplace | Insert | Create):
             text = self._edit(action)

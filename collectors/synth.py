@@ -326,9 +326,7 @@ MCP = SyntheticDomain(
     lambda r: (
         f'  {{"id": {r.randint(1, 9999)}, "{r.choice(_WORDS)}": "{_fill(r, "{w} {v} {x}")}", "count": {r.randint(0, 500)}, "ok": {r.choice(["true", "false"])}}},'
     ),
-    lambda r, w: Action.make(
-        "call_tool", name=f"{w}_{r.choice(['list', 'get', 'create'])}", arguments={"query": w, "limit": 10}
-    ),
+    lambda r, w: Action.make("call_tool", name=f"{w}_{r.choice(['list', 'get', 'create'])}", arguments={"query": w, "limit": 10}),
     lambda r, action, step: ("[\n" if step else "tools: list, get, create\n", {"server": "stub"}),
 )
 

@@ -167,9 +167,12 @@ class TerminalEnv(SandboxEnv):
         text, truncated = self._render(output, exit_code, cwd, running=running, note=note)
         changes = self._changes()
         obs = Observation.make(
-            text, "terminal", truncated=truncated, spans=detect_spans(text),
+            text,
+            "terminal",
+            truncated=truncated,
+            spans=detect_spans(text),
             extra={"cwd": cwd, "exit_code": exit_code, "running": running, "changed_files": changes, **extra},
-        )  # fmt: skip
+        )
         return obs, (time.perf_counter() - t0) * 1000
 
     def _reset(self, seed: int | None, task: Task | None) -> tuple[Observation, dict[str, Any]]:

@@ -28,7 +28,7 @@ class Wrapper:
     @property
     def unwrapped(self) -> Environment:
         """The innermost environment, under every wrapper (as Gymnasium's ``Wrapper.unwrapped``)."""
-        return self.env.unwrapped if isinstance(self.env, Wrapper) else self.env
+        return self.env.unwrapped
 
     def reset(self, *, seed: int | None = None, task: Task | None = None) -> tuple[Observation, dict[str, Any]]:
         return self.env.reset(seed=seed, task=task)

@@ -14,8 +14,9 @@ class ChatError(TrajforgeError):
     """The chat endpoint failed after retries."""
 
 
-def post_chat(base_url: str, body: dict[str, Any], *, api_key: str = "", retries: int = 4,
-              timeout_s: float = 60.0) -> dict[str, Any]:  # fmt: skip
+def post_chat(
+    base_url: str, body: dict[str, Any], *, api_key: str = "", retries: int = 4, timeout_s: float = 60.0
+) -> dict[str, Any]:
     """POST to an OpenAI-compatible ``/chat/completions``; retries 408/409/429/5xx and
     connection errors with exponential backoff, then raises ``ChatError``."""
     import requests

@@ -170,8 +170,11 @@ def progress(description: str, total: int | None, *, every_s: float = 5.0, unit:
             last = now
             speed = done / max(now - start, 1e-9)
             of = f"/{total}" if total else ""
-            print(f"{description}: {done}{of}{' ' + unit if unit else ''} ({speed:,.1f}{per}){' ' + info if info else ''}",
-                  file=out, flush=True)  # fmt: skip
+            print(
+                f"{description}: {done}{of}{' ' + unit if unit else ''} ({speed:,.1f}{per}){' ' + info if info else ''}",
+                file=out,
+                flush=True,
+            )
 
     yield update
 
@@ -182,8 +185,15 @@ def rate(n: float, seconds: float, unit: str) -> str:
 
 
 @contextmanager
-def watch(description: str, total: int, done: Callable[[], int], *, unit: str = "items",
-          info: Callable[[int, float], str] | None = None, every_s: float = 0.5) -> Iterator[None]:  # fmt: skip
+def watch(
+    description: str,
+    total: int,
+    done: Callable[[], int],
+    *,
+    unit: str = "items",
+    info: Callable[[int, float], str] | None = None,
+    every_s: float = 0.5,
+) -> Iterator[None]:
     """Show the progress of work done elsewhere (Beam workers): ``done()`` is polled from a
     thread and counted against ``total``; the block's end prints one summary line
     ``<description>: N/TOTAL <unit> in S s (R <unit>/s)[, info]``. ``info(done, seconds)``

@@ -271,9 +271,22 @@ def _opened_releases(store: Store) -> list[Release]:
 
 def _releases_relation(con: duckdb.DuckDBPyConnection, opened: list[Release]) -> duckdb.DuckDBPyRelation | None:
     """``releases``: one row per release file (name, version, stage, split, path, rows, tokens, bytes, sha256)."""
-    rows = [{"name": rel.manifest.name, "version": rel.manifest.version, "stage": f.stage, "split": f.split,
-             "path": f.path, "rows": f.rows, "tokens": f.tokens, "bytes": f.bytes, "sha256": f.sha256}
-            for rel in opened for f in rel.manifest.files if f.rows is not None]  # fmt: skip
+    rows = [
+        {
+            "name": rel.manifest.name,
+            "version": rel.manifest.version,
+            "stage": f.stage,
+            "split": f.split,
+            "path": f.path,
+            "rows": f.rows,
+            "tokens": f.tokens,
+            "bytes": f.bytes,
+            "sha256": f.sha256,
+        }
+        for rel in opened
+        for f in rel.manifest.files
+        if f.rows is not None
+    ]
     return con.from_arrow(pa.Table.from_pylist(rows)) if rows else None
 
 
@@ -296,8 +309,12 @@ def _stage_relation(
             store.warn(f"skipped release {rel.manifest.name}/{rel.manifest.version} {stage} samples: {exc}")
             continue
         samples = con.from_arrow(pads.dataset(files, format="parquet", filesystem=rel.sfs.fs))
-        parts.append(samples.query("samples", f"SELECT {_literal(rel.manifest.name)} AS name, "
-                                              f"{_literal(rel.manifest.version)} AS version, * FROM samples"))  # fmt: skip
+        parts.append(
+            samples.query(
+                "samples",
+                f"SELECT {_literal(rel.manifest.name)} AS name, {_literal(rel.manifest.version)} AS version, * FROM samples",
+            )
+        )
     return functools.reduce(lambda a, b: a.union_by_name(b), parts) if parts else None
 
 

@@ -86,8 +86,11 @@ def make_ext4(image: Path, size_mb: int, *, content: Path | None = None) -> None
     written), with no journal and no reserved blocks: a scratch disk, all of it usable."""
     with open(image, "wb") as f:
         f.truncate(size_mb << 20)
-    _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard"]
-         + (["-d", str(content)] if content else []) + [str(image)])  # fmt: skip
+    _run(
+        ["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard"]
+        + (["-d", str(content)] if content else [])
+        + [str(image)]
+    )
 
 
 def mount_image(image: Path, point: Path, *, read_only: bool = False) -> None:

@@ -27,17 +27,77 @@ SUITE = "bookworm"
 #: What agents reach for, in both backends (the terminal image is built from this root):
 #: editors, pagers, network clients (for jobs that allow network), VCS, compilers, archives.
 ROOT_PACKAGES = (
-    "bash", "coreutils", "findutils", "grep", "sed", "gawk", "util-linux", "procps", "iproute2", "file",
-    "less", "vim", "nano", "patch", "diffutils", "tree", "tmux", "git", "openssh-client", "ca-certificates",
-    "curl", "wget", "jq", "sqlite3", "ripgrep", "zip", "unzip", "xz-utils", "bzip2",
-    "python3", "python3-pytest", "python3-venv", "build-essential",
-)  # fmt: skip
-#: The commands that prove the root has them (tested on both backends, listed in the README).
+    "bash",
+    "coreutils",
+    "findutils",
+    "grep",
+    "sed",
+    "gawk",
+    "util-linux",
+    "procps",
+    "iproute2",
+    "file",
+    "less",
+    "vim",
+    "nano",
+    "patch",
+    "diffutils",
+    "tree",
+    "tmux",
+    "git",
+    "openssh-client",
+    "ca-certificates",
+    "curl",
+    "wget",
+    "jq",
+    "sqlite3",
+    "ripgrep",
+    "zip",
+    "unzip",
+    "xz-utils",
+    "bzip2",
+    "python3",
+    "python3-pytest",
+    "python3-venv",
+    "build-essential",
+)
+#: The commands that prove the root has them (tested on both backends, listed in docs/sandboxes.md).
 TOOLS = (
-    "bash", "vim", "vi", "nano", "less", "curl", "wget", "jq", "git", "python3", "pytest", "gcc", "g++", "make",
-    "unzip", "zip", "tree", "ps", "top", "ip", "file", "patch", "diff", "ssh", "sqlite3", "rg", "tar", "xz",
-    "bzip2", "tmux", "awk", "find", "grep", "sed",
-)  # fmt: skip
+    "bash",
+    "vim",
+    "vi",
+    "nano",
+    "less",
+    "curl",
+    "wget",
+    "jq",
+    "git",
+    "python3",
+    "pytest",
+    "gcc",
+    "g++",
+    "make",
+    "unzip",
+    "zip",
+    "tree",
+    "ps",
+    "top",
+    "ip",
+    "file",
+    "patch",
+    "diff",
+    "ssh",
+    "sqlite3",
+    "rg",
+    "tar",
+    "xz",
+    "bzip2",
+    "tmux",
+    "awk",
+    "find",
+    "grep",
+    "sed",
+)
 BASE_IMAGE = f"localhost/trajforge-base:{SUITE}"
 IMAGES = {"terminal": "localhost/trajforge-terminal:latest", "swe": "localhost/trajforge-swe:latest"}
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -118,8 +178,9 @@ def build_root(*, force: bool = False, log=print) -> Path:
         log(f"debootstrap {SUITE} ({len(ROOT_PACKAGES)} packages) from {mirror} into {final} ...")
         proc = subprocess.run(
             ["debootstrap", "--variant=minbase", f"--include={','.join(ROOT_PACKAGES)}", SUITE, str(tmp), mirror],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             raise SandboxError(f"debootstrap failed ({proc.returncode}): {' | '.join(tail)}")
@@ -169,10 +230,12 @@ def import_base(docker_client, root: Path, *, log=print) -> str:
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
     env = podman_env() if cli.endswith("podman") else dict(os.environ)
     proc = subprocess.run(
-        [cli, "import", "--change", f"LABEL {RECIPE_LABEL}={recipe}", "--change", 'CMD ["sleep", "infinity"]',
-         "-", BASE_IMAGE],
-        stdin=tar.stdout, capture_output=True, text=True, env=env,
-    )  # fmt: skip
+        [cli, "import", "--change", f"LABEL {RECIPE_LABEL}={recipe}", "--change", 'CMD ["sleep", "infinity"]', "-", BASE_IMAGE],
+        stdin=tar.stdout,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     tar.wait()
     if proc.returncode != 0:
         raise SandboxError(f"{cli} import failed: {proc.stderr.strip()[-300:]}")
@@ -192,9 +255,13 @@ def build_images(docker_client, *, root: Path | None = None, log=print) -> dict[
             log(f"building {tag} ...")
             try:
                 docker_client.images.build(
-                    path=str(_dockerfile_dir(name)), tag=tag, buildargs={"BASE": parent},
-                    labels={RECIPE_LABEL: recipe}, rm=True, pull=False,
-                )  # fmt: skip
+                    path=str(_dockerfile_dir(name)),
+                    tag=tag,
+                    buildargs={"BASE": parent},
+                    labels={RECIPE_LABEL: recipe},
+                    rm=True,
+                    pull=False,
+                )
             except Exception as exc:  # BuildError / APIError: show the engine's words
                 raise SandboxError(f"building {tag} failed: {str(exc).splitlines()[0][:300]}") from None
         built[name] = tag

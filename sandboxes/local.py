@@ -111,13 +111,39 @@ class LocalSandbox(Sandbox):
         size = str(self.config.disk_mb << 20)
         tmp = ["--bind", str(self.disk.folder("tmp")), "/tmp"] if self.disk else ["--size", size, "--tmpfs", "/tmp"]
         argv = [
-            self._bwrap, "--ro-bind", str(root), "/", "--bind", str(self.work), WORKDIR, "--dev", "/dev",
-            "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc", *tmp,
+            self._bwrap,
+            "--ro-bind",
+            str(root),
+            "/",
+            "--bind",
+            str(self.work),
+            WORKDIR,
+            "--dev",
+            "/dev",
+            "--size",
+            str(SHM_MB << 20),
+            "--tmpfs",
+            "/dev/shm",
+            "--remount-ro",
+            "/dev",
+            "--proc",
+            "/proc",
+            *tmp,
             "--unshare-all",
             *(["--share-net"] if self.config.network else []),
-            "--hostname", "sandbox", "--die-with-parent", "--new-session", "--chdir", WORKDIR,
-            "--info-fd", str(write_fd), "--clearenv", "--", "sleep", "infinity",
-        ]  # fmt: skip
+            "--hostname",
+            "sandbox",
+            "--die-with-parent",
+            "--new-session",
+            "--chdir",
+            WORKDIR,
+            "--info-fd",
+            str(write_fd),
+            "--clearenv",
+            "--",
+            "sleep",
+            "infinity",
+        ]
         cgroup = self.cgroup
         try:
             self._proc = subprocess.Popen(
@@ -197,9 +223,24 @@ class LocalSandbox(Sandbox):
         if not self.alive():
             raise SandboxDied(f"local sandbox {self.id} is not running")
         enter = [
-            "nsenter", "-t", str(self.init_pid), "-U", "--preserve-credentials", "-m", "-u", "-i", "-n", "-p",
-            "-C", "-r", "-w", "--", "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()),
-        ]  # fmt: skip
+            "nsenter",
+            "-t",
+            str(self.init_pid),
+            "-U",
+            "--preserve-credentials",
+            "-m",
+            "-u",
+            "-i",
+            "-n",
+            "-p",
+            "-C",
+            "-r",
+            "-w",
+            "--",
+            "/usr/bin/env",
+            "-i",
+            *(f"{k}={v}" for k, v in env.items()),
+        ]
         cgroup, init_pid = self.cgroup, self.init_pid
         proc = subprocess.Popen(
             enter + argv,

@@ -292,10 +292,21 @@ class ShellSession:
         """Run the step script once; a frame that is not exactly right is never guessed at."""
         cap = self.sandbox.config.output_cap_bytes
         script = _STEP.format(
-            d=shlex.quote(self.dir), pid=self.pid, start=self._start, off=self._offset, mode=mode,
-            tok=tok, head=cap // 2, tail=cap - cap // 2, budget_us=int(budget * 1e6),
-            settle_us=int(settle * 1e6), rotate=ROTATE_BYTES, keys=keys, tmux=self._tmux, arm=self._arm,
-        )  # fmt: skip
+            d=shlex.quote(self.dir),
+            pid=self.pid,
+            start=self._start,
+            off=self._offset,
+            mode=mode,
+            tok=tok,
+            head=cap // 2,
+            tail=cap - cap // 2,
+            budget_us=int(budget * 1e6),
+            settle_us=int(settle * 1e6),
+            rotate=ROTATE_BYTES,
+            keys=keys,
+            tmux=self._tmux,
+            arm=self._arm,
+        )
         code, raw = self.sandbox.exec_bytes(script, stdin=stdin, timeout=budget + 15)
         frame = _parse(raw) if code == 0 else None
         if frame is None:

@@ -32,8 +32,16 @@ class Counter(Protocol):
 class Backend(Protocol):
     model_id: str
 
-    def complete(self, messages: list[dict[str, str]], *, temperature: float, top_p: float, max_new_tokens: int,
-                 seed: int, min_new_tokens: int = 0) -> Completion: ...  # fmt: skip
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
+        min_new_tokens: int = 0,
+    ) -> Completion: ...
 
     def counter(self) -> Counter: ...
 
@@ -81,12 +89,23 @@ class LocalBackend:
     def counter(self) -> Counter:
         return HFCounter(self.tok)
 
-    def complete(self, messages: list[dict[str, str]], *, temperature: float, top_p: float, max_new_tokens: int,
-                 seed: int, min_new_tokens: int = 0) -> Completion:  # fmt: skip
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
+        min_new_tokens: int = 0,
+    ) -> Completion:
         text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         enc = self.tok(text, return_tensors="pt", add_special_tokens=False).to(self.model.device)
-        kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tok.pad_token_id,
-                              "eos_token_id": self.tok.eos_token_id}  # fmt: skip
+        kw: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "pad_token_id": self.tok.pad_token_id,
+            "eos_token_id": self.tok.eos_token_id,
+        }
         if min_new_tokens:  # benchmarks: a fixed decode length, whatever the model says
             kw["min_new_tokens"] = min_new_tokens
         else:
@@ -106,8 +125,9 @@ class LocalBackend:
 class OpenAIBackend:
     """Any OpenAI-compatible chat endpoint; retries and errors as the OpenAI policy's."""
 
-    def __init__(self, base_url: str, model: str, *, api_key_env: str | None = None, tokenizer: str | None = None,
-                 timeout_s: float = 120.0) -> None:  # fmt: skip
+    def __init__(
+        self, base_url: str, model: str, *, api_key_env: str | None = None, tokenizer: str | None = None, timeout_s: float = 120.0
+    ) -> None:
         self.base_url, self.model_id, self.timeout_s = base_url.rstrip("/"), model, timeout_s
         self.api_key = os.environ.get(api_key_env, "") if api_key_env else ""
         self.tokenizer = tokenizer
@@ -119,12 +139,26 @@ class OpenAIBackend:
 
         return load_tokenizer(self.tokenizer)
 
-    def complete(self, messages: list[dict[str, str]], *, temperature: float, top_p: float, max_new_tokens: int,
-                 seed: int, min_new_tokens: int = 0) -> Completion:  # fmt: skip
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
+        min_new_tokens: int = 0,
+    ) -> Completion:
         from llm.chat import post_chat
 
-        body = {"model": self.model_id, "messages": messages, "temperature": temperature, "top_p": top_p,
-                "max_tokens": max_new_tokens, "seed": seed}  # fmt: skip
+        body = {
+            "model": self.model_id,
+            "messages": messages,
+            "temperature": temperature,
+            "top_p": top_p,
+            "max_tokens": max_new_tokens,
+            "seed": seed,
+        }
         if min_new_tokens:
             body["min_tokens"] = min_new_tokens  # vLLM's extension
         reply = post_chat(self.base_url, body, api_key=self.api_key, timeout_s=self.timeout_s)
@@ -164,8 +198,13 @@ def backend_for(options: SimSection) -> Backend:
     with _LOCK:
         if key not in _BACKENDS:
             if options.base_url:
-                _BACKENDS[key] = OpenAIBackend(options.base_url, options.model, api_key_env=options.api_key_env,
-                                               tokenizer=options.tokenizer, timeout_s=options.timeout_s)  # fmt: skip
+                _BACKENDS[key] = OpenAIBackend(
+                    options.base_url,
+                    options.model,
+                    api_key_env=options.api_key_env,
+                    tokenizer=options.tokenizer,
+                    timeout_s=options.timeout_s,
+                )
             else:
                 if not os.path.exists(options.model) and "/" not in options.model:
                     raise ConfigError(f"sim.model: {options.model}: no such model folder (or give base_url for an endpoint)")

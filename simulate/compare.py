@@ -90,8 +90,9 @@ def step_scores(real: Observation, predicted: str | None, domain: str) -> dict[s
         row = {"exact": 0.0, "chrf": 0.0}
     else:
         spans = [{"start": s.start, "end": s.end, "kind": s.kind} for s in real.volatile_spans]
-        full = score(wrap(predicted), {"format": real.format, "ground_truth": real.text, "domain": domain,
-                                       "volatile_spans": spans})  # fmt: skip
+        full = score(
+            wrap(predicted), {"format": real.format, "ground_truth": real.text, "domain": domain, "volatile_spans": spans}
+        )
         row = {"exact": full["exact"], "chrf": full["chrf"]}
     try:
         json.loads(real.text)
@@ -113,23 +114,31 @@ def report_of(model: str, job_id: str, episodes: list[EpisodeSides], count=lambd
         for k, (real, pred) in enumerate(zip(ep.real, ep.sim, strict=True)):
             row = step_scores(real, pred, ep.domain) | {"real_ms": ep.real_ms[k], "real_tokens": float(tokens[k])}
             if k < len(ep.sim_ms):
-                row |= {"sim_ms": ep.sim_ms[k], "sim_prompt_tokens": float(ep.sim_tokens[k][0]),
-                        "sim_completion_tokens": float(ep.sim_tokens[k][1])}  # fmt: skip
+                row |= {
+                    "sim_ms": ep.sim_ms[k],
+                    "sim_prompt_tokens": float(ep.sim_tokens[k][0]),
+                    "sim_completion_tokens": float(ep.sim_tokens[k][1]),
+                }
             cells[(ep.domain, k)].append(row)
             if first is None and row["exact"] < 1.0:
                 first = k
         firsts[ep.domain].append(first)
         errors[ep.domain] += ep.error is not None
-        rep.episodes.append({"domain": ep.domain, "task_id": ep.task_id, "steps": len(ep.real), "first_divergence": first,
-                             "error": ep.error})  # fmt: skip
+        rep.episodes.append(
+            {"domain": ep.domain, "task_id": ep.task_id, "steps": len(ep.real), "first_divergence": first, "error": ep.error}
+        )
     for (domain, k), rows in sorted(cells.items()):
         keys = sorted({key for r in rows for key in r})
         means = {key: statistics.fmean(r[key] for r in rows if key in r) for key in keys}
         rep.steps.append({"domain": domain, "step": k, "episodes": len(rows), **means})
     for domain, fs in sorted(firsts.items()):
         diverged = [f for f in fs if f is not None]
-        rep.domains[domain] = {"episodes": len(fs), "diverged": len(diverged), "sim_errors": errors[domain],
-                               "median_first_divergence": float(statistics.median(diverged)) if diverged else None}  # fmt: skip
+        rep.domains[domain] = {
+            "episodes": len(fs),
+            "diverged": len(diverged),
+            "sim_errors": errors[domain],
+            "median_first_divergence": float(statistics.median(diverged)) if diverged else None,
+        }
     return rep
 
 
@@ -145,8 +154,9 @@ def compare(job: JobConfig, tasks: list[Task], options: SimSection, *, log=lambd
         for task in sorted((t for t in tasks if t.actions), key=lambda t: t.id):
             key = (task.domain, task.env_id)
             if key not in reals:
-                reals[key] = make_env(task.domain, job.sandbox_config(f"{job.job_id}-compare"), task.env_id,
-                                      **job.env_options(task.domain))  # fmt: skip
+                reals[key] = make_env(
+                    task.domain, job.sandbox_config(f"{job.job_id}-compare"), task.env_id, **job.env_options(task.domain)
+                )
                 sims[key] = SimEnv(task.domain, options, task.env_id)
             seed = episode_seed(job.seed + task.seed, f"{task.id}#0")
             ep = run_sides(reals[key], sims[key], task, seed, task.max_steps or job.max_steps)
@@ -165,8 +175,12 @@ def _cell(value: Any, digits: int = 3) -> str:
 
 def table(rep: CompareReport) -> str:
     """Markdown: a summary per domain, then one row per domain and step index."""
-    lines = [f"sim compare: {rep.model} against the real environments of job {rep.job_id}", "",
-             "| domain | episodes | diverged | median first divergence | sim errors |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"sim compare: {rep.model} against the real environments of job {rep.job_id}",
+        "",
+        "| domain | episodes | diverged | median first divergence | sim errors |",
+        "|---|---|---|---|---|",
+    ]
     for d, s in rep.domains.items():
         median = _cell(s["median_first_divergence"], 1)
         lines.append(f"| {d} | {s['episodes']} | {s['diverged']} | {median} | {s['sim_errors']} |")

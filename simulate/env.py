@@ -68,10 +68,16 @@ class SimEnv(Environment):
     sandbox_backend = "sim"
     simulated = True
 
-    def __init__(self, domain: str, options: SimSection, env_id: str = "default", *,
-                 real: Callable[[], Environment] | None = None,
-                 initial: Callable[[Task | None, int | None], Observation] | None = None,
-                 backend: Backend | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        domain: str,
+        options: SimSection,
+        env_id: str = "default",
+        *,
+        real: Callable[[], Environment] | None = None,
+        initial: Callable[[Task | None, int | None], Observation] | None = None,
+        backend: Backend | None = None,
+    ) -> None:
         super().__init__(env_id)
         self.spec: DomainSpec = spec_of(domain)  # its action space, usual format and end actions
         self.domain, self.options = domain, options
@@ -101,10 +107,17 @@ class SimEnv(Environment):
         t0 = time.perf_counter()
         obs = self._initial(seed, task)
         self.history, self.seed = [], seed or 0
-        simulator = {"model": self.backend.model_id, "backend": self.options.base_url or "transformers",
-                     "sampling": self.options.sampling()}  # fmt: skip
-        provenance = {"simulated": True, "sandbox_backend": "sim", "image_digest": None,
-                      "extra": canonical_json({"simulator": simulator})}  # fmt: skip
+        simulator = {
+            "model": self.backend.model_id,
+            "backend": self.options.base_url or "transformers",
+            "sampling": self.options.sampling(),
+        }
+        provenance = {
+            "simulated": True,
+            "sandbox_backend": "sim",
+            "image_digest": None,
+            "extra": canonical_json({"simulator": simulator}),
+        }
         return obs, {"reset_ms": (time.perf_counter() - t0) * 1000, "provenance": provenance}
 
     # -- step -----------------------------------------------------------------------------------
@@ -112,10 +125,17 @@ class SimEnv(Environment):
         """This step as a record (for the prompt's history; the job's Recorder writes its own)."""
         task = self.task
         return Transition.create(
-            trajectory_id="sim", step=len(self.history), domain=self.domain, env_id=self.env_id,
-            task_id=task.id if task else "none", instruction=task.instruction if task else None,
-            state=self.observation, action=action.to_action(), next_state=next_state, provenance=Provenance(run_id="sim"),
-        )  # fmt: skip
+            trajectory_id="sim",
+            step=len(self.history),
+            domain=self.domain,
+            env_id=self.env_id,
+            task_id=task.id if task else "none",
+            instruction=task.instruction if task else None,
+            state=self.observation,
+            action=action.to_action(),
+            next_state=next_state,
+            provenance=Provenance(run_id="sim"),
+        )
 
     def prompt(self, action: ActionSpec) -> tuple[list[dict[str, str]], int]:
         """The SFT prompt of the next step (messages, prompt tokens), by the release's code."""
@@ -133,9 +153,13 @@ class SimEnv(Environment):
         t0 = time.perf_counter()
         problems, prompt_tokens, completion_tokens = [], 0, 0
         for attempt in range(o.retries + 1):
-            c = self.backend.complete(messages, temperature=o.temperature if attempt == 0 else o.retry_temperature,
-                                      top_p=o.top_p, max_new_tokens=o.max_new_tokens,
-                                      seed=_seed(self.seed, len(self.history), attempt))  # fmt: skip
+            c = self.backend.complete(
+                messages,
+                temperature=o.temperature if attempt == 0 else o.retry_temperature,
+                top_p=o.top_p,
+                max_new_tokens=o.max_new_tokens,
+                seed=_seed(self.seed, len(self.history), attempt),
+            )
             prompt_tokens, completion_tokens = prompt_tokens + c.prompt_tokens, completion_tokens + c.completion_tokens
             problem = malformed(c.text, self.format)
             if problem is None:
@@ -150,8 +174,10 @@ class SimEnv(Environment):
         obs = Observation.make(text, self.format, spans=detect_spans(text), extra={"simulated": True, "attempts": attempt + 1})
         record = self._transition(action, obs)
         self.history.append(record)
-        info = {"action_ms": (time.perf_counter() - t0) * 1000, "sim": {"attempts": attempt + 1,
-                "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}  # fmt: skip
+        info = {
+            "action_ms": (time.perf_counter() - t0) * 1000,
+            "sim": {"attempts": attempt + 1, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+        }
         return obs, None, action.kind in self.spec.end_actions, info
 
     def check_task(self, task: Task) -> tuple[float | None, str]:

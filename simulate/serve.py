@@ -22,25 +22,36 @@ from simulate.backends import Backend
 def chat_reply(backend: Backend, name: str, body: dict[str, Any]) -> dict[str, Any]:
     """One ``/chat/completions`` answer; ``ValueError`` names what is wrong with the request."""
     messages = body.get("messages")
-    ok = isinstance(messages, list) and messages and all(isinstance(m, dict) and isinstance(m.get("content"), str)
-                                                         and isinstance(m.get("role"), str) for m in messages)  # fmt: skip
+    ok = (
+        isinstance(messages, list)
+        and messages
+        and all(isinstance(m, dict) and isinstance(m.get("content"), str) and isinstance(m.get("role"), str) for m in messages)
+    )
     if not ok:
         raise ValueError("messages: a non-empty list of {role, content} strings is required")
     try:
         c = backend.complete(
             [{"role": m["role"], "content": m["content"]} for m in messages],
-            temperature=float(body.get("temperature") or 0.0), top_p=float(body.get("top_p") or 1.0),
-            max_new_tokens=int(body.get("max_tokens") or 512), seed=int(body.get("seed") or 0),
+            temperature=float(body.get("temperature") or 0.0),
+            top_p=float(body.get("top_p") or 1.0),
+            max_new_tokens=int(body.get("max_tokens") or 512),
+            seed=int(body.get("seed") or 0),
             min_new_tokens=int(body.get("min_tokens") or 0),
-        )  # fmt: skip
+        )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad sampling parameter: {exc}") from None
     return {
-        "id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion", "created": int(time.time()), "model": name,
+        "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": name,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": c.text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
-                  "total_tokens": c.prompt_tokens + c.completion_tokens},
-    }  # fmt: skip
+        "usage": {
+            "prompt_tokens": c.prompt_tokens,
+            "completion_tokens": c.completion_tokens,
+            "total_tokens": c.prompt_tokens + c.completion_tokens,
+        },
+    }
 
 
 def make_server(backend: Backend, name: str, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:

@@ -41,8 +41,11 @@ def planted_model(out: str | Path, observation: str, *, seed: int = 0) -> str:
     torch.manual_seed(seed)
     model = load_model(ModelSpec(init={"tie_word_embeddings": False}), tok).eval()
     start = tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
-    chain = [tok(start, add_special_tokens=False)["input_ids"][-1], *(tok.convert_tokens_to_ids(p) for p in pieces),
-             tok.eos_token_id]  # fmt: skip
+    chain = [
+        tok(start, add_special_tokens=False)["input_ids"][-1],
+        *(tok.convert_tokens_to_ids(p) for p in pieces),
+        tok.eos_token_id,
+    ]
     if len(set(chain)) != len(chain):
         raise TrainingError(f"planted model: the pieces of {observation!r} are not distinct tokens")
     with torch.no_grad():

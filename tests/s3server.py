@@ -14,8 +14,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-       "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
 
 
 def _free_port() -> int:
@@ -61,6 +66,12 @@ def new_bucket(endpoint: str) -> str:
 
     bucket = f"tf-{uuid.uuid4().hex[:12]}"
     host = endpoint.removeprefix("http://")
-    pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1", scheme="http",
-                      endpoint_override=host, allow_bucket_creation=True).create_dir(bucket)  # fmt: skip
+    pafs.S3FileSystem(
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        scheme="http",
+        endpoint_override=host,
+        allow_bucket_creation=True,
+    ).create_dir(bucket)
     return bucket

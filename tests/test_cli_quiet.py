@@ -33,8 +33,10 @@ def test_curate_and_release_are_quiet_and_verbose_shows_beam(tmp_path):
     assert not LIBRARY_LOG.search(curate.stderr), curate.stderr
     err = _steady(curate.stderr)
     assert len(err) <= 4 and len(curate.stdout.splitlines()) <= 12, curate.stderr + curate.stdout
-    assert any(re.match(r"curate pass 1/1: 120/120 transitions in [\d.]+ s \([\d.,]+ transitions/s, \d+/\d+ pieces written\)$",
-                        line) for line in err), err  # fmt: skip
+    assert any(
+        re.match(r"curate pass 1/1: 120/120 transitions in [\d.]+ s \([\d.,]+ transitions/s, \d+/\d+ pieces written\)$", line)
+        for line in err
+    ), err
 
     texts = [t.next_state.text for t in Synthesizer(0, **SMALL).transitions(200)]
     train_tokenizer(texts, str(tmp_path / "s" / "tokenizer.json"), vocab_size=300)

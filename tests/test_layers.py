@@ -110,6 +110,7 @@ def import_edges(root: Path, tops: list[str]) -> tuple[dict[str, Module], list[E
 
 def upward(edges: list[Edge], layers: dict[str, float]) -> list[Edge]:
     """Imports from a lower layer into a higher one."""
+
     def rank(module: str) -> float:
         return layers[module.split(".")[0]]
 

@@ -26,10 +26,21 @@ if TYPE_CHECKING:
     from pipelines.store import Store
 
 # A tiny Qwen3 (the architecture of the user's reference model) unless model.init says otherwise.
-TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 8192, "tie_word_embeddings": True}  # fmt: skip
-COLUMNS = {"cpt": ["text"], "sft": ["prompt", "completion"],
-           "rl": ["prompt", "ground_truth", "format", "domain", "volatile_spans"]}  # fmt: skip
+TINY = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": True,
+}
+COLUMNS = {
+    "cpt": ["text"],
+    "sft": ["prompt", "completion"],
+    "rl": ["prompt", "ground_truth", "format", "domain", "volatile_spans"],
+}
 
 
 def need(module: str) -> Any:
@@ -77,8 +88,15 @@ def open_release(store: Store | str, release: str, stage: str, split: str) -> Re
     return Release(Path(rel.root), rel.manifest_sha256, rel.manifest.tokenizer_sha256, {(stage, split): rel.check(entries)})
 
 
-def load_split(rel: Release, stage: str, split: str, *, streaming: bool = False, max_samples: int | None = None,
-               columns: list[str] | None = None):  # fmt: skip
+def load_split(
+    rel: Release,
+    stage: str,
+    split: str,
+    *,
+    streaming: bool = False,
+    max_samples: int | None = None,
+    columns: list[str] | None = None,
+):
     datasets = need("datasets")
     ds = datasets.load_dataset("parquet", data_files={split: rel.files(stage, split)}, split=split, streaming=streaming)
     if max_samples is not None:
@@ -107,8 +125,9 @@ def load_tokenizer(cfg: TrainConfig):
     path, bare = tokenizer_source(cfg)
     try:
         if bare is not None:
-            tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(bare), eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
-                                                       bos_token=None)  # fmt: skip
+            tok = transformers.PreTrainedTokenizerFast(
+                tokenizer_file=str(bare), eos_token=EOS_TOKEN, pad_token=PAD_TOKEN, bos_token=None
+            )
         else:
             tok = transformers.AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
@@ -155,9 +174,15 @@ def load_model(spec: ModelSpec, tokenizer, *, dtype=None):
     attn = attn_implementation(spec)
     if spec.init is not None:
         try:
-            config = transformers.Qwen3Config(**{**TINY, **spec.init, "vocab_size": len(tokenizer),
-                                                 "eos_token_id": tokenizer.eos_token_id,
-                                                 "pad_token_id": tokenizer.pad_token_id})  # fmt: skip
+            config = transformers.Qwen3Config(
+                **{
+                    **TINY,
+                    **spec.init,
+                    "vocab_size": len(tokenizer),
+                    "eos_token_id": tokenizer.eos_token_id,
+                    "pad_token_id": tokenizer.pad_token_id,
+                }
+            )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"model.init: not a Qwen3 config ({_first_line(exc)})") from None
         config._attn_implementation = attn

@@ -19,8 +19,9 @@ ModelOpt = Annotated[
 ]
 
 
-def _train(stage: str, config: str, store: str | None, release: str | None, output: str | None, model: str | None,
-           as_json: bool) -> None:  # fmt: skip
+def _train(
+    stage: str, config: str, store: str | None, release: str | None, output: str | None, model: str | None, as_json: bool
+) -> None:
     from dataclasses import asdict
 
     from pipelines.cli_inputs import open_store
@@ -38,9 +39,11 @@ def _train(stage: str, config: str, store: str | None, release: str | None, outp
     if as_json:
         typer.echo(json.dumps({k: v for k, v in asdict(report).items() if k != "log_history"}, indent=1, default=str))
         return
-    typer.echo(f"{stage}: {report.steps} steps, {report.train_tokens:,} tokens in {report.seconds:.1f} s "
-               f"({report.tokens_per_s:,.0f} tokens/s), final loss {report.final_loss:.4f}"
-               + (f", resumed from {report.resumed_from}" if report.resumed_from else ""))  # fmt: skip
+    typer.echo(
+        f"{stage}: {report.steps} steps, {report.train_tokens:,} tokens in {report.seconds:.1f} s "
+        f"({report.tokens_per_s:,.0f} tokens/s), final loss {report.final_loss:.4f}"
+        + (f", resumed from {report.resumed_from}" if report.resumed_from else "")
+    )
     if report.packing_efficiency is not None:
         left = f"; {report.left_out_too_long} samples longer than max_length left out" if stage == "sft" else ""
         typer.echo(f"packing: bin fill {report.packing_efficiency:.3f} (batches are padding-free){left}")
@@ -48,25 +51,40 @@ def _train(stage: str, config: str, store: str | None, release: str | None, outp
 
 
 @app.command()
-def cpt(config: ConfigArg, store: StoreOpt = None, release: ReleaseOpt = None, output: OutputOpt = None,
-        model: ModelOpt = None,
-        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:  # fmt: skip
+def cpt(
+    config: ConfigArg,
+    store: StoreOpt = None,
+    release: ReleaseOpt = None,
+    output: OutputOpt = None,
+    model: ModelOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
     """Continual pre-training on packed CPT documents (loss on every token)."""
     _train("cpt", config, store, release, output, model, as_json)
 
 
 @app.command()
-def sft(config: ConfigArg, store: StoreOpt = None, release: ReleaseOpt = None, output: OutputOpt = None,
-        model: ModelOpt = None,
-        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:  # fmt: skip
+def sft(
+    config: ConfigArg,
+    store: StoreOpt = None,
+    release: ReleaseOpt = None,
+    output: OutputOpt = None,
+    model: ModelOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
     """Supervised fine-tuning: predict the next observation (loss on the completion)."""
     _train("sft", config, store, release, output, model, as_json)
 
 
 @app.command()
-def rl(config: ConfigArg, store: StoreOpt = None, release: ReleaseOpt = None, output: OutputOpt = None,
-       model: ModelOpt = None,
-       as_json: Annotated[bool, typer.Option("--json")] = False) -> None:  # fmt: skip
+def rl(
+    config: ConfigArg,
+    store: StoreOpt = None,
+    release: ReleaseOpt = None,
+    output: OutputOpt = None,
+    model: ModelOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
     """GSPO (sequence-level GRPO) with the format gate, rule reward and optional judge."""
     _train("rl", config, store, release, output, model, as_json)
 

@@ -26,9 +26,18 @@ from schemas.config import load_yaml_model
 Stage = Literal["cpt", "sft", "rl"]
 RELEASE = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"  # NAME/VERSION: two folder names, no ..
 Scheduler = Literal[  # transformers' SchedulerType: a typo fails here, not after the model has loaded
-    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt",
-    "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay",
-]  # fmt: skip
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "reduce_lr_on_plateau",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",
+]
 
 
 class ModelSpec(Strict):
@@ -41,8 +50,11 @@ class ModelSpec(Strict):
         if (self.path is None) == (self.init is None):
             raise ValueError("give exactly one of model.path (a checkpoint) and model.init (a config for new weights)")
         for key, value in (self.init or {}).items():  # sizes and counts: a 0 or -1 would fail deep inside torch
-            if (key.endswith(("_size", "_dim", "_layers", "_heads", "_embeddings")) and not key.startswith(("tie_", "use_"))
-                    and (isinstance(value, bool) or not isinstance(value, int) or value < 1)):  # fmt: skip
+            if (
+                key.endswith(("_size", "_dim", "_layers", "_heads", "_embeddings"))
+                and not key.startswith(("tie_", "use_"))
+                and (isinstance(value, bool) or not isinstance(value, int) or value < 1)
+            ):
                 raise ValueError(f"init.{key} must be a positive integer, got {value!r}")
         return self
 

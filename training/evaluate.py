@@ -70,12 +70,19 @@ class Generator:
     def __call__(self, prompts: list[list[dict[str, str]]]) -> list[str]:
         out = []
         for i in range(0, len(prompts), self.batch_size):
-            texts = [self.tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-                     for p in prompts[i : i + self.batch_size]]  # fmt: skip
+            texts = [
+                self.tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+                for p in prompts[i : i + self.batch_size]
+            ]
             enc = self.tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
             with self.torch.no_grad():
-                ids = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                          pad_token_id=self.tok.pad_token_id, eos_token_id=self.tok.eos_token_id)  # fmt: skip
+                ids = self.model.generate(
+                    **enc,
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=self.tok.pad_token_id,
+                    eos_token_id=self.tok.eos_token_id,
+                )
             out += self.tok.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         return out
 
@@ -85,8 +92,13 @@ def score(completion: str, r: dict[str, Any]) -> dict[str, float]:
     pred = body if body is not None else unwrap(completion)
     parts = rule_score(pred, r["ground_truth"], fmt=r["format"] or "text", domain=r["domain"], spans=r["volatile_spans"] or ())
     gold = mask(r["ground_truth"], r["volatile_spans"] or ())
-    row = {"format_ok": float(body is not None), "exact": parts["exact"], "chrf": parts["chrf"],
-           "rouge_l": rouge_l(mask(pred), gold), "rule_score": parts["score"]}  # fmt: skip
+    row = {
+        "format_ok": float(body is not None),
+        "exact": parts["exact"],
+        "chrf": parts["chrf"],
+        "rouge_l": rouge_l(mask(pred), gold),
+        "rule_score": parts["score"],
+    }
     if r["format"] == "json":
         row["json_f1"] = json_f1(pred, r["ground_truth"])
     return row
@@ -127,8 +139,15 @@ def open_loop_prompt(chain: list[dict[str, Any]], k: int, preds: list[str]) -> l
     return messages
 
 
-def evaluate(model_dir: str, store: Store | str, release: str, split: str = "test", spec: EvalSpec | None = None,
-             judge: Judge | None = None, log=lambda m: None) -> EvalReport:  # fmt: skip
+def evaluate(
+    model_dir: str,
+    store: Store | str,
+    release: str,
+    split: str = "test",
+    spec: EvalSpec | None = None,
+    judge: Judge | None = None,
+    log=lambda m: None,
+) -> EvalReport:
     from pipelines.store import Store
 
     spec = spec or EvalSpec()
@@ -179,8 +198,12 @@ def _judge_table(judge: Judge, records: list[dict], completions: list[str]) -> d
 
 def table(report: EvalReport) -> str:
     cols = ["samples", "format_ok", "exact", "chrf", "rouge_l", "json_f1", "rule_score", "consistency"]
-    lines = [f"world-model fidelity: {report.model} on {report.release} ({report.split})", "",
-             "| domain | " + " | ".join(cols) + " | open-loop chrF by depth |", "|" + "---|" * (len(cols) + 2)]  # fmt: skip
+    lines = [
+        f"world-model fidelity: {report.model} on {report.release} ({report.split})",
+        "",
+        "| domain | " + " | ".join(cols) + " | open-loop chrF by depth |",
+        "|" + "---|" * (len(cols) + 2),
+    ]
     for d, m in report.domains.items():
         cells = [f"{int(m[c])}" if c == "samples" else (f"{m[c]:.3f}" if c in m else "-") for c in cols]
         depth = " / ".join(f"{x:.3f}" for x in report.open_loop.get(d, [])) or "-"
@@ -190,8 +213,9 @@ def table(report: EvalReport) -> str:
 
         lines += ["", "| domain (judge, 1-5) | " + " | ".join(DIMENSIONS) + " | failures |", "|" + "---|" * 7]
         for d, m in report.judge.items():
-            lines.append(f"| {d} | " + " | ".join(f"{m[k]:.2f}" if k in m else "-" for k in DIMENSIONS)
-                         + f" | {int(m['failures'])} |")  # fmt: skip
+            lines.append(
+                f"| {d} | " + " | ".join(f"{m[k]:.2f}" if k in m else "-" for k in DIMENSIONS) + f" | {int(m['failures'])} |"
+            )
     return "\n".join(lines)
 
 

@@ -84,8 +84,12 @@ class LLMJudge:
         from llm.chat import post_chat
 
         user = f"HISTORY AND ACTION:\n{_history(prompt)}\n\nREAL OBSERVATION:\n{real}\n\nPREDICTED OBSERVATION:\n{predicted}"
-        body = {"model": self.cfg.model, "temperature": 0.0, "max_tokens": 200,
-                "messages": [{"role": "system", "content": _JUDGE_SYSTEM}, {"role": "user", "content": user}]}  # fmt: skip
+        body = {
+            "model": self.cfg.model,
+            "temperature": 0.0,
+            "max_tokens": 200,
+            "messages": [{"role": "system", "content": _JUDGE_SYSTEM}, {"role": "user", "content": user}],
+        }
         reply = post_chat(self.cfg.base_url, body, api_key=self.api_key, retries=self.cfg.retries, timeout_s=self.cfg.timeout_s)
         return parse_scores(reply["choices"][0]["message"].get("content") or "")
 
@@ -117,8 +121,9 @@ def make_reward(cfg: RL):
     judge = LLMJudge(cfg.judge) if cfg.judge is not None and cfg.weights.judge > 0 else None
     w_rule, w_judge = cfg.weights.rule, cfg.weights.judge
 
-    async def world_model_reward(prompts, completions, ground_truth, format, domain, volatile_spans, log_metric=None,
-                                 **_: Any) -> list[float]:  # fmt: skip
+    async def world_model_reward(
+        prompts, completions, ground_truth, format, domain, volatile_spans, log_metric=None, **_: Any
+    ) -> list[float]:
         bodies = [parse_completion(_text(c), f or "text") for c, f in zip(completions, format, strict=True)]
         rules = [
             None if b is None else rule_score(b, g, fmt=f or "text", domain=d, spans=s or ())["score"]

@@ -86,8 +86,10 @@ def _callbacks(output: str, progress_update):
             logs = logs or {}
             loss = logs.get("loss")
             if loss is not None and not math.isfinite(loss):
-                raise TrainingError(f"loss is {loss} at step {state.global_step}; last good checkpoint: "
-                                    f"{last_checkpoint(output) or 'none (no checkpoint saved yet)'}")  # fmt: skip
+                raise TrainingError(
+                    f"loss is {loss} at step {state.global_step}; last good checkpoint: "
+                    f"{last_checkpoint(output) or 'none (no checkpoint saved yet)'}"
+                )
             tokens = logs.get("num_tokens")
             now = time.monotonic()
             info = f"loss {loss:.4f}" if loss is not None else ""
@@ -107,8 +109,9 @@ def _sft_length_filter(ds, tokenizer, max_length: int, streaming: bool):
     known ahead when streaming: the filter then runs as samples stream by)."""
 
     def size(batch):
-        ids = tokenizer.apply_chat_template([p + c for p, c in zip(batch["prompt"], batch["completion"], strict=True)],
-                                            tokenize=True, return_dict=True)["input_ids"]  # fmt: skip
+        ids = tokenizer.apply_chat_template(
+            [p + c for p, c in zip(batch["prompt"], batch["completion"], strict=True)], tokenize=True, return_dict=True
+        )["input_ids"]
         return {"_n": [len(x) for x in ids]}
 
     sized = ds.map(size, batched=True, batch_size=256)
@@ -119,15 +122,30 @@ def _sft_length_filter(ds, tokenizer, max_length: int, streaming: bool):
 def _common_args(cfg: TrainConfig, output: str, use_cpu: bool, bf16: bool) -> dict[str, Any]:
     o = cfg.train
     return {
-        "output_dir": output, "max_steps": o.max_steps, "num_train_epochs": o.num_epochs, "learning_rate": o.learning_rate,
-        "warmup_steps": o.warmup_ratio, "lr_scheduler_type": o.lr_scheduler, "weight_decay": o.weight_decay,
-        "max_grad_norm": o.max_grad_norm, "per_device_train_batch_size": o.per_device_batch_size,
-        "gradient_accumulation_steps": o.gradient_accumulation_steps, "activation_checkpointing": o.gradient_checkpointing,
-        "bf16": bf16, "save_strategy": "steps", "save_steps": o.save_steps, "save_total_limit": o.save_total_limit,
-        "logging_steps": o.logging_steps, "seed": o.seed, "data_seed": o.seed, "report_to": [], "disable_tqdm": True,
-        "use_cpu": use_cpu, "dataloader_num_workers": 0,
+        "output_dir": output,
+        "max_steps": o.max_steps,
+        "num_train_epochs": o.num_epochs,
+        "learning_rate": o.learning_rate,
+        "warmup_steps": o.warmup_ratio,
+        "lr_scheduler_type": o.lr_scheduler,
+        "weight_decay": o.weight_decay,
+        "max_grad_norm": o.max_grad_norm,
+        "per_device_train_batch_size": o.per_device_batch_size,
+        "gradient_accumulation_steps": o.gradient_accumulation_steps,
+        "activation_checkpointing": o.gradient_checkpointing,
+        "bf16": bf16,
+        "save_strategy": "steps",
+        "save_steps": o.save_steps,
+        "save_total_limit": o.save_total_limit,
+        "logging_steps": o.logging_steps,
+        "seed": o.seed,
+        "data_seed": o.seed,
+        "report_to": [],
+        "disable_tqdm": True,
+        "use_cpu": use_cpu,
+        "dataloader_num_workers": 0,
         "logging_nan_inf_filter": False,  # the Trainer would hide a NaN loss behind the mean of earlier ones
-    }  # fmt: skip
+    }
 
 
 def sft_trainer(cfg: TrainConfig, rel, tokenizer, model, common: dict[str, Any], callbacks=()):
@@ -141,9 +159,14 @@ def sft_trainer(cfg: TrainConfig, rel, tokenizer, model, common: dict[str, Any],
         ds, left_out = _sft_length_filter(ds, tokenizer, cfg.max_length, cfg.streaming)
         if not cfg.streaming and len(ds) == 0:
             raise TrainingError(f"{rel.root}: no SFT sample fits max_length {cfg.max_length}")
-    args = trl.SFTConfig(**common, max_length=cfg.max_length, packing=cfg.packing,
-                         packing_strategy="bfd_split" if cfg.stage == "cpt" else "bfd",
-                         completion_only_loss=cfg.stage == "sft", dataset_num_proc=None)  # fmt: skip
+    args = trl.SFTConfig(
+        **common,
+        max_length=cfg.max_length,
+        packing=cfg.packing,
+        packing_strategy="bfd_split" if cfg.stage == "cpt" else "bfd",
+        completion_only_loss=cfg.stage == "sft",
+        dataset_num_proc=None,
+    )
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer, callbacks=list(callbacks))
     return trainer, ds, left_out
 
@@ -176,8 +199,13 @@ def run(
     bf16 = (not use_cpu and torch.cuda.is_bf16_supported()) if cfg.train.bf16 == "auto" else bool(cfg.train.bf16)
     torch.manual_seed(cfg.train.seed)
     model = load_model(cfg.model, tokenizer)
-    report = TrainReport(stage=cfg.stage, output=output, release=cfg.release, manifest_sha256=rel.manifest_sha256,
-                         config=cfg.model_dump(mode="json"))  # fmt: skip
+    report = TrainReport(
+        stage=cfg.stage,
+        output=output,
+        release=cfg.release,
+        manifest_sha256=rel.manifest_sha256,
+        config=cfg.model_dump(mode="json"),
+    )
     _, bare = tokenizer_source(cfg)
     if rel.tokenizer_sha256 and bare is not None:  # the release counted its tokens with this file?
         import hashlib
@@ -196,12 +224,21 @@ def run(
 
         r = cfg.rl
         ds = load_split(rel, cfg.stage, cfg.split, streaming=cfg.streaming, max_samples=cfg.max_samples)
-        args = trl.GRPOConfig(**common, num_generations=r.num_generations, max_completion_length=r.max_completion_length,
-                              temperature=r.temperature, importance_sampling_level="sequence", loss_type="grpo",
-                              beta=0.0, epsilon=r.epsilon, epsilon_high=r.epsilon_high)  # fmt: skip
+        args = trl.GRPOConfig(
+            **common,
+            num_generations=r.num_generations,
+            max_completion_length=r.max_completion_length,
+            temperature=r.temperature,
+            importance_sampling_level="sequence",
+            loss_type="grpo",
+            beta=0.0,
+            epsilon=r.epsilon,
+            epsilon_high=r.epsilon_high,
+        )
         reward = make_reward(r)
-        trainer = trl.GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=ds,
-                                  processing_class=tokenizer, callbacks=callbacks)  # fmt: skip
+        trainer = trl.GRPOTrainer(
+            model=model, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tokenizer, callbacks=callbacks
+        )
     trainer.remove_callback(need("transformers").PrinterCallback)  # the progress display shows the logs
     report.samples = None if cfg.streaming else len(ds)
     report.parameters = sum(p.numel() for p in model.parameters())

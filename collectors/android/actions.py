@@ -120,5 +120,6 @@ class Answer(ActionSpec):
     text: str
 
 
-ANDROID_ACTIONS = ActionSpace("android", [Click, LongPress, InputText, Scroll, Swipe, NavigateBack, NavigateHome, OpenApp,
-                                          KeyEvent, Wait, Status, Answer])  # fmt: skip
+ANDROID_ACTIONS = ActionSpace(
+    "android", [Click, LongPress, InputText, Scroll, Swipe, NavigateBack, NavigateHome, OpenApp, KeyEvent, Wait, Status, Answer]
+)

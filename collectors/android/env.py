@@ -33,9 +33,16 @@ from collectors.android.uitree import centre, parse, render
 from collectors.env import Environment, EnvOptions, Task
 from schemas.transition import Observation, canonical_json
 
-APPS = {"settings": "com.android.settings", "contacts": "com.android.contacts", "notes": "org.trajforge.notes",
-        "chrome": "com.android.chrome", "clock": "com.google.android.deskclock", "camera": "com.android.camera2",
-        "files": "com.google.android.documentsui", "messages": "com.google.android.apps.messaging"}  # fmt: skip
+APPS = {
+    "settings": "com.android.settings",
+    "contacts": "com.android.contacts",
+    "notes": "org.trajforge.notes",
+    "chrome": "com.android.chrome",
+    "clock": "com.google.android.deskclock",
+    "camera": "com.android.camera2",
+    "files": "com.google.android.documentsui",
+    "messages": "com.google.android.apps.messaging",
+}
 
 
 class AndroidOptions(EnvOptions):
@@ -104,9 +111,18 @@ class AndroidEnv(Environment):
         self.nodes = parse(xml)
         self.package, self.activity = package, activity
         text, truncated = render(self.nodes, package, activity, self.screen, rotation // 90, self.options.obs_cap_chars)
-        info = {"serial": d.serial, "ui_method": "uiautomator_dump", "dump_ms": round(dump_ms, 2), "dump_attempts": attempts,
-                "package": package, "activity": activity, "screen": list(self.screen), "rotation": rotation,
-                "nodes": len(self.nodes), **extra}  # fmt: skip
+        info = {
+            "serial": d.serial,
+            "ui_method": "uiautomator_dump",
+            "dump_ms": round(dump_ms, 2),
+            "dump_attempts": attempts,
+            "package": package,
+            "activity": activity,
+            "screen": list(self.screen),
+            "rotation": rotation,
+            "nodes": len(self.nodes),
+            **extra,
+        }
         shot = d.device.shell("screencap -p", encoding=None, timeout=30) if self.options.screenshot else None
         info["adb_commands"] = d.take_log() + (["screencap -p"] if shot else [])
         return Observation.make(text, "uiautomator_xml", extra=info, truncated=truncated, screenshot_png=shot or None)
@@ -130,10 +146,16 @@ class AndroidEnv(Environment):
                 if re.search(r"inaccessible or not found|^Error|Exception", out, re.M):
                     raise EnvError(f"task {task.id}: setup command {cmd!r} failed: {out.strip()[:200]}")
         obs = self._observe()
-        provenance = {"image_digest": self.image_digest, "simulated": self.sim is not None,
-                      "extra": canonical_json({"serial": d.serial, "ui_method": "uiautomator_dump"})}  # fmt: skip
-        return obs, {"reset_ms": (time.perf_counter() - t0) * 1000, "provenance": provenance,
-                     "instruction": task.instruction if task else None}  # fmt: skip
+        provenance = {
+            "image_digest": self.image_digest,
+            "simulated": self.sim is not None,
+            "extra": canonical_json({"serial": d.serial, "ui_method": "uiautomator_dump"}),
+        }
+        return obs, {
+            "reset_ms": (time.perf_counter() - t0) * 1000,
+            "provenance": provenance,
+            "instruction": task.instruction if task else None,
+        }
 
     def _point(self, a: ActionSpec) -> tuple[int, int]:
         index = getattr(a, "index", None)

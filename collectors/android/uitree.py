@@ -40,11 +40,20 @@ def parse(xml: str) -> list[dict[str, Any]]:
         m = _BOUNDS.fullmatch(el.get("bounds", "")) if el.tag == "node" else None
         if el.tag == "node":
             rid = el.get("resource-id", "")
-            nodes.append({"index": len(nodes), "depth": depth, "class": el.get("class", "").rsplit(".", 1)[-1],
-                          "id": rid.split(":id/", 1)[-1], "text": el.get("text", ""), "desc": el.get("content-desc", ""),
-                          "package": el.get("package", ""), "enabled": el.get("enabled") != "false",
-                          "flags": [f for f in FLAGS if el.get(f) == "true"],
-                          "bounds": tuple(int(v) for v in m.groups()) if m else (0, 0, 0, 0)})  # fmt: skip
+            nodes.append(
+                {
+                    "index": len(nodes),
+                    "depth": depth,
+                    "class": el.get("class", "").rsplit(".", 1)[-1],
+                    "id": rid.split(":id/", 1)[-1],
+                    "text": el.get("text", ""),
+                    "desc": el.get("content-desc", ""),
+                    "package": el.get("package", ""),
+                    "enabled": el.get("enabled") != "false",
+                    "flags": [f for f in FLAGS if el.get(f) == "true"],
+                    "bounds": tuple(int(v) for v in m.groups()) if m else (0, 0, 0, 0),
+                }
+            )
         for child in el:
             walk(child, depth + (el.tag == "node"))
 
@@ -57,8 +66,9 @@ def centre(node: dict[str, Any]) -> tuple[int, int]:
     return (x0 + x1) // 2, (y0 + y1) // 2
 
 
-def render(nodes: list[dict[str, Any]], package: str, activity: str, screen: tuple[int, int], rotation: int = 0,
-           cap: int = 20_000) -> tuple[str, bool]:  # fmt: skip
+def render(
+    nodes: list[dict[str, Any]], package: str, activity: str, screen: tuple[int, int], rotation: int = 0, cap: int = 20_000
+) -> tuple[str, bool]:
     """The compact tree text, with the foreground package and activity; (text, truncated)."""
     short = activity[len(package) :] if activity.startswith(package + ".") else activity
     orientation = "portrait" if rotation in (0, 2) else "landscape"

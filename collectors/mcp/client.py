@@ -87,8 +87,9 @@ class Connection:
             if self.spec.url:
                 target: Any = self.spec.url
             else:
-                params = StdioServerParameters(command=self.spec.command, args=list(self.spec.args),
-                                               env={**self.spec.env} or None, cwd=self.spec.cwd)  # fmt: skip
+                params = StdioServerParameters(
+                    command=self.spec.command, args=list(self.spec.args), env={**self.spec.env} or None, cwd=self.spec.cwd
+                )
                 target = stdio_client(params, errlog=self._stderr)
             async with Client(target, cache=None) as client:
                 self.client = client
@@ -126,8 +127,12 @@ class Connection:
     @property
     def server_info(self) -> dict[str, Any]:
         info = self.client.server_info
-        return {"name": getattr(info, "name", self.spec.name), "version": getattr(info, "version", "") or "",
-                "protocol": self.client.protocol_version, "instructions": self.client.instructions or ""}  # fmt: skip
+        return {
+            "name": getattr(info, "name", self.spec.name),
+            "version": getattr(info, "version", "") or "",
+            "protocol": self.client.protocol_version,
+            "instructions": self.client.instructions or "",
+        }
 
     def list_tools(self, timeout: float = 30.0) -> list[Any]:
         async def every_page() -> list[Any]:

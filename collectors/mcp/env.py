@@ -197,13 +197,25 @@ class MCPEnv(Environment):
             lines.append(f"  input: {json.dumps(t['inputSchema'], sort_keys=True, separators=(',', ':'))}")
         text = "\n".join(lines)
         self.image_digest = f"{info['name']} {info['version']}".strip()
-        provenance = {"image_digest": self.image_digest, "extra": canonical_json(
-            {"mcp_server": info["name"], "mcp_server_version": info["version"], "mcp_protocol": info["protocol"],
-             "mcp_tools_sha256": tools_sha, "mcp_env_id": self.env_id})}  # fmt: skip
+        provenance = {
+            "image_digest": self.image_digest,
+            "extra": canonical_json(
+                {
+                    "mcp_server": info["name"],
+                    "mcp_server_version": info["version"],
+                    "mcp_protocol": info["protocol"],
+                    "mcp_tools_sha256": tools_sha,
+                    "mcp_env_id": self.env_id,
+                }
+            ),
+        }
         extra = {"server": info["name"], "server_version": info["version"], "tools_sha256": tools_sha, "tools": len(listing)}
         obs = Observation.make(text, "text", extra=extra, spans=detect_spans(text))
-        return obs, {"reset_ms": (time.perf_counter() - t0) * 1000, "provenance": provenance,
-                     "instruction": task.instruction if task else None}  # fmt: skip
+        return obs, {
+            "reset_ms": (time.perf_counter() - t0) * 1000,
+            "provenance": provenance,
+            "instruction": task.instruction if task else None,
+        }
 
     def _step(self, action: ActionSpec) -> tuple[Observation, float | None, bool, dict[str, Any]]:
         if isinstance(action, Finish):

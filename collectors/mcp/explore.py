@@ -14,13 +14,25 @@ from collectors.explore import Explorer
 from schemas.transition import Observation
 
 WORDS = ["alpha", "report", "budget", "notes", "release", "kettle", "draft", "review", "invoice", "lunch"]
-SQL = ["SELECT name FROM sqlite_master WHERE type = 'table'", "CREATE TABLE IF NOT EXISTS items (id INTEGER, name TEXT)",
-       "INSERT INTO items (name) VALUES ('widget')", "SELECT * FROM items", "SELECT count(*) FROM items"]  # fmt: skip
-BY_NAME = {"timezone": ["UTC", "Europe/London", "Asia/Tokyo", "America/New_York", "Australia/Sydney"],
-           "time": ["09:30", "14:00", "23:15"], "query": SQL, "files": ["README.md", "notes.txt"],
-           "date": ["2026-03-03", "2026-06-15"], "start": ["2026-03-03 10:00", "2026-06-15 15:30"],
-           "amount": ["5.00", "12.50", "250.00"], "status": ["open", "in_progress", "resolved", "closed"],
-           "priority": ["low", "medium", "high"], "folder": ["inbox", "sent"]}  # fmt: skip
+SQL = [
+    "SELECT name FROM sqlite_master WHERE type = 'table'",
+    "CREATE TABLE IF NOT EXISTS items (id INTEGER, name TEXT)",
+    "INSERT INTO items (name) VALUES ('widget')",
+    "SELECT * FROM items",
+    "SELECT count(*) FROM items",
+]
+BY_NAME = {
+    "timezone": ["UTC", "Europe/London", "Asia/Tokyo", "America/New_York", "Australia/Sydney"],
+    "time": ["09:30", "14:00", "23:15"],
+    "query": SQL,
+    "files": ["README.md", "notes.txt"],
+    "date": ["2026-03-03", "2026-06-15"],
+    "start": ["2026-03-03 10:00", "2026-06-15 15:30"],
+    "amount": ["5.00", "12.50", "250.00"],
+    "status": ["open", "in_progress", "resolved", "closed"],
+    "priority": ["low", "medium", "high"],
+    "folder": ["inbox", "sent"],
+}
 _TOOL = re.compile(r"^- ([\w.-]+): .*\n  input: (\{.*\})$", re.M)
 
 
@@ -59,8 +71,12 @@ class MCPExplorer(Explorer):
             return {}
         if "path" in name:
             return "{workspace}/repo" if "repo" in name else f"{{workspace}}/{r.choice(WORDS)}.txt"
-        similar = [v for v in self.seen if (name.endswith("id") and re.fullmatch(r"[A-Za-z]+-?\d+", v))
-                   or ("@" in v and name in ("to", "attendee", "attendees"))]  # fmt: skip
+        similar = [
+            v
+            for v in self.seen
+            if (name.endswith("id") and re.fullmatch(r"[A-Za-z]+-?\d+", v))
+            or ("@" in v and name in ("to", "attendee", "attendees"))
+        ]
         if similar and r.random() < 0.8:
             return r.choice(similar)
         if name in BY_NAME and r.random() < 0.8:
@@ -76,6 +92,9 @@ class MCPExplorer(Explorer):
         name = self.rng.choice(sorted(self.tools))
         schema = self.tools[name]
         required = set(schema.get("required", []))
-        args = {p: self._value(p, s) for p, s in sorted(schema.get("properties", {}).items())
-                if p in required or self.rng.random() < 0.3}  # fmt: skip
+        args = {
+            p: self._value(p, s)
+            for p, s in sorted(schema.get("properties", {}).items())
+            if p in required or self.rng.random() < 0.3
+        }
         return {"action": "call_tool", "name": name, "arguments": args}

@@ -45,14 +45,23 @@ def server_spec(env_id: str, custom: dict[str, dict[str, Any]] | None = None) ->
     custom = custom or {}
     if env_id in custom:
         body = custom[env_id]
-        return ServerSpec(env_id, command=body.get("command"), args=tuple(body.get("args", ())), env=dict(body.get("env", {})),
-                          url=body.get("url"))  # fmt: skip
+        return ServerSpec(
+            env_id,
+            command=body.get("command"),
+            args=tuple(body.get("args", ())),
+            env=dict(body.get("env", {})),
+            url=body.get("url"),
+        )
     if env_id in PUBLISHED:
         program, args = PUBLISHED[env_id]
         return ServerSpec(env_id, command=published_command(program), args=args)
     if env_id in STUBS:
-        return ServerSpec(env_id, command=sys.executable, args=("-m", f"collectors.mcp.stubs.{env_id}", "--seed", "{seed}"),
-                          env={"PYTHONPATH": str(ROOT)})  # fmt: skip
+        return ServerSpec(
+            env_id,
+            command=sys.executable,
+            args=("-m", f"collectors.mcp.stubs.{env_id}", "--seed", "{seed}"),
+            env={"PYTHONPATH": str(ROOT)},
+        )
     known = sorted({*PUBLISHED, *STUBS, *custom})
     raise EnvError(f"mcp: unknown server {env_id!r} (known: {', '.join(known)}; or define it in the job's mcp.servers)")
 
@@ -65,5 +74,11 @@ def expand(spec: ServerSpec, workspace: str, seed: int) -> ServerSpec:
     def sub(text: str) -> str:
         return text.replace("{workspace}", workspace).replace("{seed}", str(seed))
 
-    return ServerSpec(spec.name, spec.command, tuple(sub(a) for a in spec.args), {k: sub(v) for k, v in spec.env.items()},
-                      spec.url, cwd=workspace)  # fmt: skip
+    return ServerSpec(
+        spec.name,
+        spec.command,
+        tuple(sub(a) for a in spec.args),
+        {k: sub(v) for k, v in spec.env.items()},
+        spec.url,
+        cwd=workspace,
+    )

@@ -125,5 +125,6 @@ class Fail(ActionSpec):
     reason: str = ""
 
 
-OS_ACTIONS = ActionSpace("os", [Click, DoubleClick, RightClick, MoveTo, DragTo, Scroll, TypeText, Press, Hotkey, Wait,
-                                ClickNode, SetText, Done, Fail])  # fmt: skip
+OS_ACTIONS = ActionSpace(
+    "os", [Click, DoubleClick, RightClick, MoveTo, DragTo, Scroll, TypeText, Press, Hotkey, Wait, ClickNode, SetText, Done, Fail]
+)

@@ -39,10 +39,31 @@ from sandboxes.base import ExecResult
 from schemas.transition import Observation
 
 PACKAGES = ("xvfb", "openbox", "at-spi2-core", "mousepad", "zenity")
-KEYS = {"enter": "Return", "return": "Return", "esc": "Escape", "escape": "Escape", "tab": "Tab", "space": "space",
-        "backspace": "BackSpace", "delete": "Delete", "del": "Delete", "up": "Up", "down": "Down", "left": "Left",
-        "right": "Right", "home": "Home", "end": "End", "pageup": "Prior", "pagedown": "Next", "insert": "Insert",
-        "control": "ctrl", "win": "super", "command": "super", "cmd": "super", "option": "alt"}  # fmt: skip
+KEYS = {
+    "enter": "Return",
+    "return": "Return",
+    "esc": "Escape",
+    "escape": "Escape",
+    "tab": "Tab",
+    "space": "space",
+    "backspace": "BackSpace",
+    "delete": "Delete",
+    "del": "Delete",
+    "up": "Up",
+    "down": "Down",
+    "left": "Left",
+    "right": "Right",
+    "home": "Home",
+    "end": "End",
+    "pageup": "Prior",
+    "pagedown": "Next",
+    "insert": "Insert",
+    "control": "ctrl",
+    "win": "super",
+    "command": "super",
+    "cmd": "super",
+    "option": "alt",
+}
 
 
 def xkey(key: str) -> str:
@@ -106,9 +127,16 @@ class OSEnv(Environment):
 
     def _observe(self, **extra: Any) -> Observation:
         text, truncated, settle_ms, settled = self._settle()
-        info = {"active_window": self.tree["active"], "windows": self.tree["windows"], "nodes": len(self.tree["nodes"]),
-                "tree_ms": round(self.tree["read_ms"], 2), "settle_ms": round(settle_ms, 1), "settled": settled,
-                "screen": list(self.options.screen), **extra}  # fmt: skip
+        info = {
+            "active_window": self.tree["active"],
+            "windows": self.tree["windows"],
+            "nodes": len(self.tree["nodes"]),
+            "tree_ms": round(self.tree["read_ms"], 2),
+            "settle_ms": round(settle_ms, 1),
+            "settled": settled,
+            "screen": list(self.options.screen),
+            **extra,
+        }
         obs = Observation.make(text, "a11y_tree", extra=info, spans=spans(text, (self.session.root.name,)), truncated=truncated)
         if not self.options.screenshot:
             return obs
@@ -128,8 +156,11 @@ class OSEnv(Environment):
             if title or task.setup:
                 self._wait_window(title, task.id)
         obs = self._observe(session_start_ms=round(self.session.start_ms, 1), display=self.session.display)
-        return obs, {"reset_ms": (time.perf_counter() - t0) * 1000, "provenance": {"image_digest": self.image_digest},
-                     "instruction": task.instruction if task else None}  # fmt: skip
+        return obs, {
+            "reset_ms": (time.perf_counter() - t0) * 1000,
+            "provenance": {"image_digest": self.image_digest},
+            "instruction": task.instruction if task else None,
+        }
 
     def _wait_window(self, title: str | None, task_id: str) -> None:
         def found() -> bool:

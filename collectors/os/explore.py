@@ -13,8 +13,22 @@ from typing import Any
 from collectors.explore import Explorer
 from schemas.transition import Observation
 
-CLICKABLE = {"push button", "toggle button", "check box", "radio button", "menu", "menu item", "check menu item",
-             "radio menu item", "page tab", "combo box", "list item", "table cell", "tree item", "link"}  # fmt: skip
+CLICKABLE = {
+    "push button",
+    "toggle button",
+    "check box",
+    "radio button",
+    "menu",
+    "menu item",
+    "check menu item",
+    "radio menu item",
+    "page tab",
+    "combo box",
+    "list item",
+    "table cell",
+    "tree item",
+    "link",
+}
 FIELDS = {"text", "entry", "password text", "spin button"}
 WORDS = ["hello", "notes", "draft", "report", "budget", "todo", "meeting", "alpha", "kettle", "review"]
 KEYS = ["tab", "escape", "enter", "down", "up", "ctrl+a", "backspace"]

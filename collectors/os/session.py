@@ -95,10 +95,20 @@ class DesktopSession:
             d.mkdir(parents=True, exist_ok=True)
         run.chmod(0o700)
         self.log = open(self.root / "session.log", "ab")  # noqa: SIM115 (closed in close())
-        self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8", MARKER: str(self.root),
-                    "XDG_RUNTIME_DIR": str(run), "XDG_CONFIG_HOME": str(self.home / ".config"), "NO_AT_BRIDGE": "0",
-                    "XDG_CACHE_HOME": str(self.home / ".cache"), "XDG_DATA_HOME": str(self.home / ".local/share"),
-                    "GTK_MODULES": "gail:atk-bridge", "GSETTINGS_BACKEND": "memory", "GTK_A11Y": "atspi"}  # fmt: skip
+        self.env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.home),
+            "LANG": "C.UTF-8",
+            MARKER: str(self.root),
+            "XDG_RUNTIME_DIR": str(run),
+            "XDG_CONFIG_HOME": str(self.home / ".config"),
+            "NO_AT_BRIDGE": "0",
+            "XDG_CACHE_HOME": str(self.home / ".cache"),
+            "XDG_DATA_HOME": str(self.home / ".local/share"),
+            "GTK_MODULES": "gail:atk-bridge",
+            "GSETTINGS_BACKEND": "memory",
+            "GTK_A11Y": "atspi",
+        }
         self.display = self._start_x(timeout)
         self.env["DISPLAY"] = self.display
         bus = run / "bus"
@@ -174,8 +184,15 @@ class DesktopSession:
         # Files, not pipes: an app started in the background keeps them open after bash exits.
         with open(self.root / "apps.log", "ab") as log, tempfile.TemporaryFile(dir=self.root) as out:
             try:
-                p = subprocess.run(["bash", "-c", command], cwd=self.home, env=self.env, stdin=subprocess.DEVNULL,
-                                   stdout=out, stderr=log, timeout=timeout)  # fmt: skip
+                p = subprocess.run(
+                    ["bash", "-c", command],
+                    cwd=self.home,
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=log,
+                    timeout=timeout,
+                )
             except subprocess.TimeoutExpired:
                 return ExecResult(124, "", f"timed out after {timeout} s", (time.perf_counter() - t0) * 1000, timed_out=True)
             out.seek(0)

@@ -25,9 +25,27 @@ from schemas.volatile import detect_spans
 
 LAYOUT = {"filler", "panel", "scroll pane", "viewport", "layered pane", "unknown", "section"}
 SHOWN_STATES = ("focused", "editable", "checked", "selected", "expanded", "pressed", "active")
-INTERACTIVE = {"push button", "toggle button", "check box", "radio button", "menu", "menu item", "check menu item",
-               "radio menu item", "page tab", "combo box", "link", "list item", "table cell", "icon", "text",
-               "entry", "password text", "spin button", "tree item"}  # fmt: skip
+INTERACTIVE = {
+    "push button",
+    "toggle button",
+    "check box",
+    "radio button",
+    "menu",
+    "menu item",
+    "check menu item",
+    "radio menu item",
+    "page tab",
+    "combo box",
+    "link",
+    "list item",
+    "table cell",
+    "icon",
+    "text",
+    "entry",
+    "password text",
+    "spin button",
+    "tree item",
+}
 
 
 def _box(b: list[int] | None) -> str:

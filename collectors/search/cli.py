@@ -55,7 +55,9 @@ def make_tasks(
 
     docs, source = _docs(corpus)
     tasks = generate(docs, n=n, seed=seed, env_id=env_id)
-    header = (f"Search tasks generated from the {source} corpus (trajforge search make-tasks {out} -n {n} --seed {seed}).\n"
-              "Each is answered by one document (extra.source_doc); `actions` is a scripted solution.")  # fmt: skip
+    header = (
+        f"Search tasks generated from the {source} corpus (trajforge search make-tasks {out} -n {n} --seed {seed}).\n"
+        "Each is answered by one document (extra.source_doc); `actions` is a scripted solution."
+    )
     path = write_suite(tasks, out, header)
     typer.echo(f"wrote {len(tasks)} tasks to {path}")

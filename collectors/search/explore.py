@@ -21,9 +21,36 @@ from typing import Any
 from collectors.explore import Explorer
 from schemas.transition import Observation
 
-STOPWORDS = {"the", "and", "for", "with", "which", "what", "does", "this", "that", "answer", "from", "module", "function",
-             "python", "standard", "library", "provides", "name", "return", "returns", "open", "search", "text",
-             "find", "actions", "query", "top_k", "title"}  # fmt: skip
+STOPWORDS = {
+    "the",
+    "and",
+    "for",
+    "with",
+    "which",
+    "what",
+    "does",
+    "this",
+    "that",
+    "answer",
+    "from",
+    "module",
+    "function",
+    "python",
+    "standard",
+    "library",
+    "provides",
+    "name",
+    "return",
+    "returns",
+    "open",
+    "search",
+    "text",
+    "find",
+    "actions",
+    "query",
+    "top_k",
+    "title",
+}
 
 
 def _words(text: str) -> list[str]:

@@ -102,10 +102,17 @@ class SearchIndex:
             writer.add_document(tantivy.Document(id=d.id, url=d.url, title=d.title, text=d.text))
         writer.commit()
         writer.wait_merging_threads()
-        meta = {"format": INDEX_FORMAT, "version": corpus_version(docs, settings), "documents": len(docs), "source": source,
-                "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "build_seconds": round(time.perf_counter() - t0, 3), "ranking": {**BM25, "title_boost": settings.title_boost},
-                "settings": asdict(settings), "engine": getattr(tantivy, "__version__", "tantivy")}  # fmt: skip
+        meta = {
+            "format": INDEX_FORMAT,
+            "version": corpus_version(docs, settings),
+            "documents": len(docs),
+            "source": source,
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "build_seconds": round(time.perf_counter() - t0, 3),
+            "ranking": {**BM25, "title_boost": settings.title_boost},
+            "settings": asdict(settings),
+            "engine": getattr(tantivy, "__version__", "tantivy"),
+        }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         if _version_at(path) == meta["version"]:  # another worker put the same index in place meanwhile: keep it
             shutil.rmtree(tmp, ignore_errors=True)

@@ -61,13 +61,23 @@ def _first_sentence(doc: Doc) -> str:
     return m.group(1) if m else ""
 
 
-def _task(kind: str, name: str, instruction: str, query: str, doc: Doc, answer: str, aliases: list[str],
-          env_id: str) -> dict[str, Any]:  # fmt: skip
-    return {"id": f"search/{kind}-{doc.id.replace('.', '-').lower()}", "domain": "search", "env_id": env_id, "seed": 0,
-            "instruction": instruction, "check": "answer",
-            "actions": [{"action": "search", "query": query}, {"action": "open", "doc": doc.id},
-                        {"action": "answer", "text": answer}],
-            "extra": {"answer": answer, "aliases": aliases, "source_doc": doc.id, "query": query, "kind": kind}}  # fmt: skip
+def _task(
+    kind: str, name: str, instruction: str, query: str, doc: Doc, answer: str, aliases: list[str], env_id: str
+) -> dict[str, Any]:
+    return {
+        "id": f"search/{kind}-{doc.id.replace('.', '-').lower()}",
+        "domain": "search",
+        "env_id": env_id,
+        "seed": 0,
+        "instruction": instruction,
+        "check": "answer",
+        "actions": [
+            {"action": "search", "query": query},
+            {"action": "open", "doc": doc.id},
+            {"action": "answer", "text": answer},
+        ],
+        "extra": {"answer": answer, "aliases": aliases, "source_doc": doc.id, "query": query, "kind": kind},
+    }
 
 
 def make_tasks(docs: list[Doc], n: int = 8, seed: int = 0, env_id: str = "pydoc") -> list[dict[str, Any]]:
@@ -81,13 +91,32 @@ def make_tasks(docs: list[Doc], n: int = 8, seed: int = 0, env_id: str = "pydoc"
         module, name = d.id.rsplit(".", 1)
         what = d.text.split(" ", 1)[0]
         if names[name] == 1 and len(name) >= 6:
-            module_of.append(_task("module-of", name, f"Which Python standard library module provides the {what} `{name}`? "
-                                   "Answer with the module name.", name, d, module, [d.id], env_id))  # fmt: skip
+            module_of.append(
+                _task(
+                    "module-of",
+                    name,
+                    f"Which Python standard library module provides the {what} `{name}`? Answer with the module name.",
+                    name,
+                    d,
+                    module,
+                    [d.id],
+                    env_id,
+                )
+            )
         sentence = _first_sentence(d)
         if what == "function" and sentences[sentence] == 1 and 6 <= len(sentence.split()) <= 25 and name not in sentence:
-            function_for.append(_task("function-for", name, f'Which function of the Python `{module}` module does this: '
-                                      f'"{sentence}"? Answer with the function name.', f"{module} {sentence}", d, name,
-                                      [d.id, f"{name}()"], env_id))  # fmt: skip
+            function_for.append(
+                _task(
+                    "function-for",
+                    name,
+                    f'Which function of the Python `{module}` module does this: "{sentence}"? Answer with the function name.',
+                    f"{module} {sentence}",
+                    d,
+                    name,
+                    [d.id, f"{name}()"],
+                    env_id,
+                )
+            )
     rng = random.Random(seed)
     rng.shuffle(module_of)
     rng.shuffle(function_for)

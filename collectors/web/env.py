@@ -36,9 +36,16 @@ from schemas.errors import MissingExtraError
 from schemas.transition import Observation, VolatileSpan
 from schemas.volatile import detect_spans
 
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-               "--enable-blink-features=ComputedAccessibilityInfo"]  # fmt: skip
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+    "--enable-blink-features=ComputedAccessibilityInfo",
+]
 SYSTEM_CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 
 
@@ -186,15 +193,28 @@ class WebEnv(Environment):
         except Exception as exc:
             raise EnvError(f"web: cannot read the page ({str(exc).splitlines()[0][:200]})") from None
         current = self._context.pages.index(self.page)
-        head = [f"URL: {self.page.url}", f"Title: {title}",
-                "Tabs: " + " | ".join(f"[{i}]{'*' if i == current else ''} {t or u}" for i, (t, u) in enumerate(tabs)),
-                f"Focused: {'[' + tree['focused'] + ']' if tree['focused'] else 'none'}", ""]  # fmt: skip
+        head = [
+            f"URL: {self.page.url}",
+            f"Title: {title}",
+            "Tabs: " + " | ".join(f"[{i}]{'*' if i == current else ''} {t or u}" for i, (t, u) in enumerate(tabs)),
+            f"Focused: {'[' + tree['focused'] + ']' if tree['focused'] else 'none'}",
+            "",
+        ]
         text = "\n".join(head + tree["lines"])
         if tree["truncated"]:
             text += "\n[... page truncated ...]"
-        info = {"url": self.page.url, "title": title, "tabs": [u for _, u in tabs], "tab": current,
-                "scroll": tree["scroll"], "settle_ms": round(settle_ms, 1), "settled": settled,
-                "network_errors": self.network_errors[-5:], "blocked": self.blocked[-5:], **extra}  # fmt: skip
+        info = {
+            "url": self.page.url,
+            "title": title,
+            "tabs": [u for _, u in tabs],
+            "tab": current,
+            "scroll": tree["scroll"],
+            "settle_ms": round(settle_ms, 1),
+            "settled": settled,
+            "network_errors": self.network_errors[-5:],
+            "blocked": self.blocked[-5:],
+            **extra,
+        }
         if self.options.html:
             info["html"] = self.page.content()
         shot = self.page.screenshot(type="png") if self.options.screenshot else None
@@ -307,8 +327,12 @@ class WebEnv(Environment):
         t1 = time.perf_counter()
         obs = self._observe(settle_ms, settled, **extra)
         terminated = isinstance(action, A.SendMsgToUser)
-        return obs, None, terminated, {"action_ms": action_ms, "settle_ms": settle_ms,
-                                       "observe_ms": (time.perf_counter() - t1) * 1000}  # fmt: skip
+        return (
+            obs,
+            None,
+            terminated,
+            {"action_ms": action_ms, "settle_ms": settle_ms, "observe_ms": (time.perf_counter() - t1) * 1000},
+        )
 
     def check_task(self, task: Task) -> tuple[float | None, str]:
         """A shipped site's task: ``check`` is SQL over the episode's database; a first

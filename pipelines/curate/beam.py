@@ -270,8 +270,11 @@ def decide(summaries, steps, cfg: CurationConfig):
         exact = kept | "Exact" >> ExactDuplicates()
         dropped.append(exact.dropped)
         kept = exact.kept
-    joined = {"steps": steps, "summary": summaries | "CurrentByTraj" >> beam.FlatMap(
-        lambda s: [(s.trajectory, s)] if s.order.rank == THIS_CURATION else [])}  # fmt: skip
+    joined = {
+        "steps": steps,
+        "summary": summaries
+        | "CurrentByTraj" >> beam.FlatMap(lambda s: [(s.trajectory, s)] if s.order.rank == THIS_CURATION else []),
+    }
     if cfg.near_dedup.enabled:
         labels = kept | "Nodes" >> beam.Map(_node) | "Near" >> NearDuplicates(cfg.near_dedup)
         dropped.append(labels | "NearVerdicts" >> beam.FlatMap(_near_verdict))
@@ -309,8 +312,14 @@ def mark_steps(item, mark_repeats: bool, threshold: float):
         yield d
 
 
-def build(pipeline, shard_paths: list[str] | dict[int, str], store_uri: str, cfg: CurationConfig,
-          previous: dict[str, list[str]] | None = None, done_dir: str | None = None):  # fmt: skip
+def build(
+    pipeline,
+    shard_paths: list[str] | dict[int, str],
+    store_uri: str,
+    cfg: CurationConfig,
+    previous: dict[str, list[str]] | None = None,
+    done_dir: str | None = None,
+):
     """The pass-1 graph: shard paths -> (one ``Decision`` per transition, quarantine
     included; ``TrajectorySummary`` of the trajectories this pass keeps). ``previous`` names
     the index files of earlier curations and passes (``{"traj": [...], "steps": [...]}``);
@@ -333,7 +342,8 @@ def build(pipeline, shard_paths: list[str] | dict[int, str], store_uri: str, cfg
     if previous.get("traj"):
         nd = cfg.near_dedup
         keys = summaries | "CurrentKeys" >> beam.FlatMap(
-            lambda s: [s.key, *minhash.band_keys(np.frombuffer(s.sig, np.uint64), nd.bands, nd.rows)])  # fmt: skip
+            lambda s: [s.key, *minhash.band_keys(np.frombuffer(s.sig, np.uint64), nd.bands, nd.rows)]
+        )
         earlier = (
             pipeline
             | "PreviousTraj" >> beam.Create(previous["traj"])

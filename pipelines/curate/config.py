@@ -93,8 +93,9 @@ class CurationConfig(Strict):
     def _does_something(self) -> CurationConfig:
         stages = (self.exact_dedup, self.near_dedup, self.quality, self.scrub, self.decontaminate)
         if not any(s.enabled for s in stages):
-            raise ValueError("every stage is disabled: enable at least one of exact_dedup, near_dedup, quality, scrub, "
-                             "decontaminate")  # fmt: skip
+            raise ValueError(
+                "every stage is disabled: enable at least one of exact_dedup, near_dedup, quality, scrub, decontaminate"
+            )
         return self
 
 

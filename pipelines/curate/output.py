@@ -41,16 +41,25 @@ from schemas.errors import ShardError
 
 ATTRIBUTES = pa.schema(
     [
-        ("transition_id", pa.string()), ("trajectory_id", pa.string()), ("domain", pa.string()),
-        ("status", pa.string()), ("stage", pa.string()), ("reason", pa.string()), ("detail", pa.string()),
-        ("duplicate_of", pa.string()), ("cluster", pa.string()), ("flags", pa.list_(pa.string())),
+        ("transition_id", pa.string()),
+        ("trajectory_id", pa.string()),
+        ("domain", pa.string()),
+        ("status", pa.string()),
+        ("stage", pa.string()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("duplicate_of", pa.string()),
+        ("cluster", pa.string()),
+        ("flags", pa.list_(pa.string())),
         ("exclude_as_target", pa.bool_()),
     ]
-)  # fmt: skip
-TRAJ_INDEX = pa.schema([("traj", pa.string()), ("domain", pa.string()), ("order", pa.string()), ("key", pa.string()),
-                        ("sig", pa.binary())])  # fmt: skip
-STEPS_INDEX = pa.schema([("sa", pa.string()), ("tkey", pa.string()), ("order", pa.string()), ("tid", pa.string()),
-                         ("words", pa.binary())])  # fmt: skip
+)
+TRAJ_INDEX = pa.schema(
+    [("traj", pa.string()), ("domain", pa.string()), ("order", pa.string()), ("key", pa.string()), ("sig", pa.binary())]
+)
+STEPS_INDEX = pa.schema(
+    [("sa", pa.string()), ("tkey", pa.string()), ("order", pa.string()), ("tid", pa.string()), ("words", pa.binary())]
+)
 TREES = ("curated", "rejected")
 
 
@@ -58,8 +67,17 @@ def shard_dir(work: str, shard: int) -> Path:
     return Path(work) / "out" / f"{shard:06d}"
 
 
-def write_shard(store: Store, path: str, shard: int, work: str, cid: str, cfg: CurationConfig,
-                decisions: list[Decision], kept: list[TrajectorySummary], span=None) -> None:  # fmt: skip
+def write_shard(
+    store: Store,
+    path: str,
+    shard: int,
+    work: str,
+    cid: str,
+    cfg: CurationConfig,
+    decisions: list[Decision],
+    kept: list[TrajectorySummary],
+    span=None,
+) -> None:
     out = shard_dir(work, shard)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -94,11 +112,13 @@ def write_shard(store: Store, path: str, shard: int, work: str, cid: str, cfg: C
         tally.add(tree, items)
         pq.write_table(pa.Table.from_pylist(items, schema=ATTRIBUTES), out / f"attributes-{tree}.parquet", compression="zstd")
     steps = sorted((d for d in by_tid.values() if d.kept), key=lambda d: d.transition_id)
-    pq.write_table(pa.Table.from_pylist([d.index_row() for d in steps], schema=STEPS_INDEX),
-                   out / "steps.parquet", compression="zstd")  # fmt: skip
+    pq.write_table(
+        pa.Table.from_pylist([d.index_row() for d in steps], schema=STEPS_INDEX), out / "steps.parquet", compression="zstd"
+    )
     kept = sorted(kept, key=lambda s: s.trajectory)
-    pq.write_table(pa.Table.from_pylist([s.index_row() for s in kept], schema=TRAJ_INDEX),
-                   out / "traj.parquet", compression="zstd")  # fmt: skip
+    pq.write_table(
+        pa.Table.from_pylist([s.index_row() for s in kept], schema=TRAJ_INDEX), out / "traj.parquet", compression="zstd"
+    )
     (out / "tally.json").write_text(json.dumps(tally.to_json(), sort_keys=True))
 
 
@@ -114,10 +134,12 @@ def _scrubbed(batch: pa.RecordBatch, rows: list[int], dirty: list[int], kinds, t
         scrubbed.append(t)
     dirty_set = set(dirty)
     clean = [i for i in rows if i not in dirty_set]
-    table = pa.concat_tables([
-        pa.Table.from_batches([batch.take(pa.array(clean, pa.int64()))]).append_column("_row", pa.array(clean, pa.int64())),
-        pa.Table.from_batches([to_record_batch(scrubbed)]).append_column("_row", pa.array(dirty, pa.int64())),
-    ])  # fmt: skip
+    table = pa.concat_tables(
+        [
+            pa.Table.from_batches([batch.take(pa.array(clean, pa.int64()))]).append_column("_row", pa.array(clean, pa.int64())),
+            pa.Table.from_batches([to_record_batch(scrubbed)]).append_column("_row", pa.array(dirty, pa.int64())),
+        ]
+    )
     table = table.sort_by("_row").drop_columns("_row").combine_chunks()
     return table.to_batches()[0].replace_schema_metadata(batch.schema.metadata)
 
@@ -180,10 +202,18 @@ def attribute(d: Decision) -> dict[str, Any]:
     """A decision as its row of ``attributes.parquet`` (``ATTRIBUTES``)."""
     flags = sorted(d.flags)
     return {
-        "transition_id": d.transition_id, "trajectory_id": d.trajectory, "domain": d.domain, "status": d.status,
-        "stage": d.stage, "reason": d.reason, "detail": d.detail, "duplicate_of": d.duplicate_of, "cluster": d.cluster,
-        "flags": flags, "exclude_as_target": bool(d.duplicate_of) or any(f.startswith("exclude:") for f in flags),
-    }  # fmt: skip
+        "transition_id": d.transition_id,
+        "trajectory_id": d.trajectory,
+        "domain": d.domain,
+        "status": d.status,
+        "stage": d.stage,
+        "reason": d.reason,
+        "detail": d.detail,
+        "duplicate_of": d.duplicate_of,
+        "cluster": d.cluster,
+        "flags": flags,
+        "exclude_as_target": bool(d.duplicate_of) or any(f.startswith("exclude:") for f in flags),
+    }
 
 
 @dataclass

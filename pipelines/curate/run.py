@@ -66,8 +66,10 @@ class CurationReport:
     noop: bool = False
 
     def table(self) -> str:
-        lines = [f"curation {self.curation_id}: {self.transitions_in} transitions in, {self.kept} kept, "
-                 f"{self.rejected} rejected{' (already done)' if self.noop else ''}"]  # fmt: skip
+        lines = [
+            f"curation {self.curation_id}: {self.transitions_in} transitions in, {self.kept} kept, "
+            f"{self.rejected} rejected{' (already done)' if self.noop else ''}"
+        ]
         for stage in STAGES:
             if self.by_stage.get(stage):
                 lines.append(f"  {stage:<14} dropped {self.by_stage[stage]}")
@@ -79,8 +81,10 @@ class CurationReport:
             if counts:
                 lines.append(f"  {what}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
         if self.cluster_sizes:
-            lines.append("  near-duplicate clusters by size: " + ", ".join(f"{k}: {v}" for k, v in sorted(
-                self.cluster_sizes.items(), key=lambda kv: int(kv[0]))))  # fmt: skip
+            lines.append(
+                "  near-duplicate clusters by size: "
+                + ", ".join(f"{k}: {v}" for k, v in sorted(self.cluster_sizes.items(), key=lambda kv: int(kv[0])))
+            )
         lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items()))
         return "\n".join(lines)
 
@@ -177,8 +181,14 @@ def plan_pieces(store: Store, inputs: list[Input], limit: int) -> list[Piece]:
             else:
                 reader, _ = open_shard(store.sfs, path)
                 n = reader.num_record_batches
-                trajs = [reader.get_batch(0).column("trajectory_id")[0].as_py(),
-                         reader.get_batch(n - 1).column("trajectory_id")[-1].as_py()] if n else []  # fmt: skip
+                trajs = (
+                    [
+                        reader.get_batch(0).column("trajectory_id")[0].as_py(),
+                        reader.get_batch(n - 1).column("trajectory_id")[-1].as_py(),
+                    ]
+                    if n
+                    else []
+                )
                 batch_rows = None
         except Exception:  # an unreadable shard is one piece, quarantined by the pass that reads it
             trajs, batch_rows = [], None
@@ -244,8 +254,16 @@ def _previous_index(store: Store, work: str) -> dict[str, list[str]]:
     return fetched
 
 
-def run_pass(reads: dict[int, tuple], store_uri: str, cfg: CurationConfig, previous: dict[str, list[str]],
-             every_read: dict[int, tuple], work: str, cid: str, beam_args: list[str] | None) -> dict[str, int]:  # fmt: skip
+def run_pass(
+    reads: dict[int, tuple],
+    store_uri: str,
+    cfg: CurationConfig,
+    previous: dict[str, list[str]],
+    every_read: dict[int, tuple],
+    work: str,
+    cid: str,
+    beam_args: list[str] | None,
+) -> dict[str, int]:
     """One Beam pass over some pieces; the counts of earlier index rows it read and matched.
     Each piece read leaves an empty file in ``<work>/read/`` (the driver's progress).
     The store goes by its URI: a pass may run in a process of its own, and Beam's workers

@@ -31,8 +31,13 @@ LENGTH_COUNTS = {
 
 
 def _size_category(n: int) -> str:
-    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
-                        (10_000_000, "1M<n<10M")):  # fmt: skip
+    for limit, name in (
+        (1_000, "n<1K"),
+        (10_000, "1K<n<10K"),
+        (100_000, "10K<n<100K"),
+        (1_000_000, "100K<n<1M"),
+        (10_000_000, "1M<n<10M"),
+    ):
         if n < limit:
             return name
     return "n>10M"
@@ -55,13 +60,17 @@ def license_of(cfg: MixtureConfig, licenses: dict[str, int]) -> tuple[dict[str, 
     if named:
         parts = ", ".join(f"{k} ({n:,})" for k, n in sorted(named.items()))
         unnamed_part = f", none named ({unnamed:,})" if unnamed else ""
-        return ({"license": "other", "license_name": "mixed-source-licenses", "license_link": LICENSE_LINK},
-                f"from the sources, which name several licences (trajectories: {parts}{unnamed_part}); each sample keeps "
-                "its source's terms: set `license` in the mixture once they are reconciled")  # fmt: skip
-    return ({"license": "other", "license_name": "unspecified-collected-data", "license_link": LICENSE_LINK},
-            "a default: the data was collected by trajforge and its sources name no licence (no `license` in "
-            "`provenance.extra`), so the terms are the collector's to set: give `license` (a Hugging Face licence id) "
-            "in the mixture config")  # fmt: skip
+        return (
+            {"license": "other", "license_name": "mixed-source-licenses", "license_link": LICENSE_LINK},
+            f"from the sources, which name several licences (trajectories: {parts}{unnamed_part}); each sample keeps "
+            "its source's terms: set `license` in the mixture once they are reconciled",
+        )
+    return (
+        {"license": "other", "license_name": "unspecified-collected-data", "license_link": LICENSE_LINK},
+        "a default: the data was collected by trajforge and its sources name no licence (no `license` in "
+        "`provenance.extra`), so the terms are the collector's to set: give `license` (a Hugging Face licence id) "
+        "in the mixture config",
+    )
 
 
 def language_of(cfg: MixtureConfig) -> tuple[list[str], str]:
@@ -81,8 +90,9 @@ def _split_bytes(root: Path | None, stage: str, split: str) -> int:
     return total
 
 
-def front_matter(cfg: MixtureConfig, name: str, version: str, report, licenses: dict[str, int] | None = None,
-                 root: Path | None = None) -> dict[str, Any]:  # fmt: skip
+def front_matter(
+    cfg: MixtureConfig, name: str, version: str, report, licenses: dict[str, int] | None = None, root: Path | None = None
+) -> dict[str, Any]:
     """Hugging Face's card YAML: ``configs`` (one per stage, its non-empty splits) and
     ``dataset_info`` as a list of ``{config_name, splits: [{name, num_bytes, num_examples}]}``,
     the layout ``datasets.DatasetInfosDict.from_dataset_card_data`` reads without warning."""
@@ -92,11 +102,11 @@ def front_matter(cfg: MixtureConfig, name: str, version: str, report, licenses: 
         splits = [s for s in SPLITS if rows.get(s)]
         if not splits:
             continue
-        configs.append({"config_name": stage,
-                        "data_files": [{"split": s, "path": f"data/{stage}/{s}-*.parquet"} for s in splits]})  # fmt: skip
+        configs.append(
+            {"config_name": stage, "data_files": [{"split": s, "path": f"data/{stage}/{s}-*.parquet"} for s in splits]}
+        )
         split_info = [{"name": s, "num_bytes": _split_bytes(root, stage, s), "num_examples": rows[s]} for s in splits]
-        info.append({"config_name": stage, "splits": split_info,
-                     "dataset_size": sum(s["num_bytes"] for s in split_info)})  # fmt: skip
+        info.append({"config_name": stage, "splits": split_info, "dataset_size": sum(s["num_bytes"] for s in split_info)})
     total = sum(n for splits in report.samples.values() for n in splits.values())
     return {
         "pretty_name": f"{name} {version}",
@@ -202,17 +212,25 @@ def _cell(text: str) -> str:
 def _tokenizer_lines(cfg: MixtureConfig, tokenizer: dict[str, Any]) -> list[str]:
     lines = ["## Tokenizer", ""]
     sha = tokenizer.get("sha256") or tokenizer_hash(cfg.tokenizer)
-    lines.append(f"Token counts (`tokens`, `prompt_tokens`, `completion_tokens`, `max_tokens`) were counted with the "
-                 f"tokenizer `{Path(cfg.tokenizer).name}` (sha256 `{sha}`) and the ChatML chat template "
-                 "(`<|im_start|>role\\ncontent<|im_end|>\\n` per message), the rendering trajforge's training uses.")  # fmt: skip
+    lines.append(
+        f"Token counts (`tokens`, `prompt_tokens`, `completion_tokens`, `max_tokens`) were counted with the "
+        f"tokenizer `{Path(cfg.tokenizer).name}` (sha256 `{sha}`) and the ChatML chat template "
+        "(`<|im_start|>role\\ncontent<|im_end|>\\n` per message), the rendering trajforge's training uses."
+    )
     if tokenizer:
         files = tokenizer.get("files") or []
-        lines += ["", "| | |", "|---|---|",
-                  f"| files in this folder | {', '.join(f'`{f}`' for f in files) or 'none'} |",
-                  f"| vocabulary | {tokenizer.get('vocab_size', 'unknown')} |"]  # fmt: skip
+        lines += [
+            "",
+            "| | |",
+            "|---|---|",
+            f"| files in this folder | {', '.join(f'`{f}`' for f in files) or 'none'} |",
+            f"| vocabulary | {tokenizer.get('vocab_size', 'unknown')} |",
+        ]
         template = str(tokenizer.get("chat_template") or "")
-        for key, value in (("chat template", template if "{%" not in template else "in the tokenizer config"),
-                           *((k, tokenizer.get(k)) for k in ("bos_token", "eos_token", "pad_token"))):  # fmt: skip
+        for key, value in (
+            ("chat template", template if "{%" not in template else "in the tokenizer config"),
+            *((k, tokenizer.get(k)) for k in ("bos_token", "eos_token", "pad_token")),
+        ):
             lines.append(f"| {key} | {_cell(f'`{value}`') if value else 'none'} |")
         if files:
             lines += ["", "`AutoTokenizer.from_pretrained(<this folder>)` loads it with these tokens and the template."]
@@ -224,26 +242,41 @@ def _tokenizer_lines(cfg: MixtureConfig, tokenizer: dict[str, Any]) -> list[str]
 def _length_lines(cfg: MixtureConfig, report) -> list[str]:
     from pipelines.release.samples import LENGTH_REASONS
 
-    lines = ["## Token lengths", "", "| stage | samples | p50 | p90 | p99 | max | max_tokens | dropped for length | counted as |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "## Token lengths",
+        "",
+        "| stage | samples | p50 | p90 | p99 | max | max_tokens | dropped for length | counted as |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for stage in cfg.enabled():
         q = report.lengths.get(stage, {})
         limit = cfg.stages[stage].max_tokens
         dropped = sum(report.dropped.get(stage, {}).values())
         cells = " | ".join(f"{q[k]:,}" if k in q else "-" for k in ("p50", "p90", "p99", "max"))
-        lines.append(f"| {stage} | {q.get('samples', 0):,} | {cells} | {f'{limit:,}' if limit else 'none'} | {dropped:,} "
-                     f"| {LENGTH_COUNTS[stage]} |")  # fmt: skip
-    lines += ["", "Over every split, train samples as often as the mixture takes them. A stage's `max_tokens` is a hard "
-              "limit: SFT and RL samples drop their oldest history turns until they fit (`dropped_turns`), the target "
-              "observation is never cut, and a sample that cannot fit is left out:", ""]  # fmt: skip
+        lines.append(
+            f"| {stage} | {q.get('samples', 0):,} | {cells} | {f'{limit:,}' if limit else 'none'} | {dropped:,} "
+            f"| {LENGTH_COUNTS[stage]} |"
+        )
+    lines += [
+        "",
+        "Over every split, train samples as often as the mixture takes them. A stage's `max_tokens` is a hard "
+        "limit: SFT and RL samples drop their oldest history turns until they fit (`dropped_turns`), the target "
+        "observation is never cut, and a sample that cannot fit is left out:",
+        "",
+    ]
     rows = [(stage, reason, n) for stage, reasons in report.dropped.items() for reason, n in sorted(reasons.items()) if n]
     if rows:
         lines += ["| stage | reason | samples left out |", "|---|---|---|"]
         lines += [f"| {st} | `{r}`: {LENGTH_REASONS.get(r, r)} | {n:,} |" for st, r, n in rows]
     else:
         lines.append("none was left out.")
-    lines += ["", "![token lengths](token_lengths.png)", "",
-              "The chart's x-axis is logarithmic, from the shortest sample to the longest.", ""]  # fmt: skip
+    lines += [
+        "",
+        "![token lengths](token_lengths.png)",
+        "",
+        "The chart's x-axis is logarithmic, from the shortest sample to the longest.",
+        "",
+    ]
     return lines
 
 
@@ -257,24 +290,40 @@ def write_card(root: Path, cfg: MixtureConfig, name: str, version: str, report, 
     _plots(root, cfg, stats, token_lengths(root), drops)
     keys, license_source = license_of(cfg, licenses)
     languages, language_source = language_of(cfg)
-    lines = ["---", yaml.safe_dump(front_matter(cfg, name, version, report, licenses, root), sort_keys=False,
-                                   allow_unicode=True).strip(), "---", "",
-             f"# {name} {version}", "",
-             "Transitions of agents acting in real environments, for training a language world model: given the "
-             "history, the current state and an action, predict the environment's next observation. Built by "
-             f"trajforge from {len(cids)} curation(s); lineage in `lineage.json`, every file's sha256 in `manifest.json` "
-             "(`trajforge release verify` checks them).", "",
-             "## Contents", "", "| stage | what | " + " | ".join(SPLITS) + " |", "|---|---|" + "---|" * len(SPLITS)]  # fmt: skip
+    lines = [
+        "---",
+        yaml.safe_dump(front_matter(cfg, name, version, report, licenses, root), sort_keys=False, allow_unicode=True).strip(),
+        "---",
+        "",
+        f"# {name} {version}",
+        "",
+        "Transitions of agents acting in real environments, for training a language world model: given the "
+        "history, the current state and an action, predict the environment's next observation. Built by "
+        f"trajforge from {len(cids)} curation(s); lineage in `lineage.json`, every file's sha256 in `manifest.json` "
+        "(`trajforge release verify` checks them).",
+        "",
+        "## Contents",
+        "",
+        "| stage | what | " + " | ".join(SPLITS) + " |",
+        "|---|---|" + "---|" * len(SPLITS),
+    ]
     for stage in cfg.enabled():
         rows, toks = report.samples.get(stage, {}), report.tokens.get(stage, {})
         cells = " | ".join(f"{rows.get(s, 0):,} samples, {toks.get(s, 0):,} tokens" for s in SPLITS)
         lines.append(f"| {stage} | {STAGE_TITLES[stage]} | {cells} |")
-    lines += ["", "## Domain mix (train)", "", "| stage | domain | tokens built | target | times taken | shortfall |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "## Domain mix (train)",
+        "",
+        "| stage | domain | tokens built | target | times taken | shortfall |",
+        "|---|---|---|---|---|---|",
+    ]
     for stage, p in plans.items():
         for domain in sorted(set(p.available) | set(p.target)):
-            lines.append(f"| {stage} | {domain} | {p.available.get(domain, 0):,} | {p.target.get(domain, 0):,.0f} "
-                         f"| {p.multiplier.get(domain, 0):.2f} | {p.shortfall.get(domain, 0):,.0f} |")  # fmt: skip
+            lines.append(
+                f"| {stage} | {domain} | {p.available.get(domain, 0):,} | {p.target.get(domain, 0):,.0f} "
+                f"| {p.multiplier.get(domain, 0):.2f} | {p.shortfall.get(domain, 0):,.0f} |"
+            )
     lines += ["", "![domain mix](domain_mix.png)", ""]
     lines += _length_lines(cfg, report)
     lines += _tokenizer_lines(cfg, getattr(report, "tokenizer", None) or {})
@@ -283,14 +332,27 @@ def write_card(root: Path, cfg: MixtureConfig, name: str, version: str, report, 
         lines += [f"| {r} | {n:,} |" for r, n in sorted(drops.items(), key=lambda kv: (-kv[1], kv[0]))]
         lines += ["", "![curation drops](curation_drops.png)", ""]
     license_text = " ".join(f"`{k}: {v}`" for k, v in keys.items())
-    lines += ["## Splits", "",
-              f"By task within its environment (seed {cfg.seed}): validation {cfg.splits.validation:.0%}, "
-              f"test {cfg.splits.test:.0%}; held-out environments (all in test): "
-              f"{', '.join(cfg.splits.held_out_envs) or 'none'}. No task appears in two splits.", "",
-              "## License", "", f"{license_text}: {license_source}.", "",
-              f"Language: {', '.join(languages)} ({language_source}).", "",
-              "## Loading", "", "```python", "from datasets import load_dataset", "",
-              'sft = load_dataset("path/to/this/folder", "sft")  # one config per stage: '
-              + ", ".join(f'"{s}"' for s in cfg.enabled()),
-              'train = sft["train"]', "```", ""]  # fmt: skip
+    lines += [
+        "## Splits",
+        "",
+        f"By task within its environment (seed {cfg.seed}): validation {cfg.splits.validation:.0%}, "
+        f"test {cfg.splits.test:.0%}; held-out environments (all in test): "
+        f"{', '.join(cfg.splits.held_out_envs) or 'none'}. No task appears in two splits.",
+        "",
+        "## License",
+        "",
+        f"{license_text}: {license_source}.",
+        "",
+        f"Language: {', '.join(languages)} ({language_source}).",
+        "",
+        "## Loading",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        'sft = load_dataset("path/to/this/folder", "sft")  # one config per stage: ' + ", ".join(f'"{s}"' for s in cfg.enabled()),
+        'train = sft["train"]',
+        "```",
+        "",
+    ]
     (root / "README.md").write_text("\n".join(lines))

@@ -91,8 +91,10 @@ def list_(store: StoreOpt) -> None:
     skipped: list[str] = []
     releases = list_releases(Store.open(store), on_skip=skipped.append)  # StoreError when there is no such store
     for r in releases:
-        typer.echo(f"{r['name']} {r['version']}: {r['samples']:,} samples, {r['tokens']:,} tokens in {r['files']} files "
-                   f"(curations {r['curations']}, config {r['config_hash']})")  # fmt: skip
+        typer.echo(
+            f"{r['name']} {r['version']}: {r['samples']:,} samples, {r['tokens']:,} tokens in {r['files']} files "
+            f"(curations {r['curations']}, config {r['config_hash']})"
+        )
     for line in skipped:
         typer.echo(f"error: {line}", err=True)
     if not releases and not skipped:

@@ -22,8 +22,9 @@ from pipelines.release.inputs import distill_path, excluded_ids
 from pipelines.store import Store, read_shard
 from schemas.errors import ConfigError
 
-DISTILL = pa.schema([("transition_id", pa.string()), ("trajectory_id", pa.string()), ("reasoning", pa.string()),
-                     ("model", pa.string())])  # fmt: skip
+DISTILL = pa.schema(
+    [("transition_id", pa.string()), ("trajectory_id", pa.string()), ("reasoning", pa.string()), ("model", pa.string())]
+)
 INSTRUCTION = (
     "You are shown one step of an agent acting in an environment, and what the environment answered. In at most "
     "{words} words, explain the reasoning a model of this environment needs to predict that answer from the state "
@@ -38,8 +39,18 @@ class DistillReport:
     written: int = 0
 
 
-def distill(store: Store | str, curation_id: str, *, model: str, base_url: str, api_key_env: str = "OPENAI_API_KEY",
-            max_words: int = 80, limit: int | None = None, retries: int = 4, log=print) -> DistillReport:  # fmt: skip
+def distill(
+    store: Store | str,
+    curation_id: str,
+    *,
+    model: str,
+    base_url: str,
+    api_key_env: str = "OPENAI_API_KEY",
+    max_words: int = 80,
+    limit: int | None = None,
+    retries: int = 4,
+    log=print,
+) -> DistillReport:
     from llm.chat import post_chat
     from schemas.arrow import from_record_batch
 
@@ -63,15 +74,29 @@ def distill(store: Store | str, curation_id: str, *, model: str, base_url: str, 
             for t in from_record_batch(batch):
                 if t.transition_id in excluded or (budget is not None and budget <= 0):  # a limit cuts the last shard
                     continue
-                body = {"model": model, "temperature": 0.0, "max_tokens": max_words * 3, "messages": [
-                    {"role": "system", "content": INSTRUCTION.format(words=max_words)},
-                    {"role": "user", "content": f"Environment: {t.domain} ({t.env_id})\nTask: {t.instruction}\n\n"
-                     f"State:\n{t.state.text}\n\nAction:\n{t.action.canonical}\n\nAnswer:\n{t.next_state.text}"},
-                ]}  # fmt: skip
+                body = {
+                    "model": model,
+                    "temperature": 0.0,
+                    "max_tokens": max_words * 3,
+                    "messages": [
+                        {"role": "system", "content": INSTRUCTION.format(words=max_words)},
+                        {
+                            "role": "user",
+                            "content": f"Environment: {t.domain} ({t.env_id})\nTask: {t.instruction}\n\n"
+                            f"State:\n{t.state.text}\n\nAction:\n{t.action.canonical}\n\nAnswer:\n{t.next_state.text}",
+                        },
+                    ],
+                }
                 answer = post_chat(base_url.rstrip("/"), body, api_key=api_key, retries=retries)
                 text = (answer.get("choices") or [{}])[0].get("message", {}).get("content") or ""
-                rows.append({"transition_id": t.transition_id, "trajectory_id": t.trajectory_id,
-                             "reasoning": text.strip(), "model": model})  # fmt: skip
+                rows.append(
+                    {
+                        "transition_id": t.transition_id,
+                        "trajectory_id": t.trajectory_id,
+                        "reasoning": text.strip(),
+                        "model": model,
+                    }
+                )
                 if budget is not None:
                     budget -= 1
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -30,8 +30,11 @@ INPUTS = "trajforge.release-inputs/1"
 def curations(store: Store, cfg: MixtureConfig) -> list[str]:
     """The finished curations (a ``report.json`` written) that the mixture names, or all of them."""
     sfs, layout = store.sfs, store.layout
-    done = sorted(i.base_name for i in sfs.listdir(layout.tree("curated"))
-                  if i.type.name == "Directory" and sfs.exists(layout.curation_report(i.base_name)))  # fmt: skip
+    done = sorted(
+        i.base_name
+        for i in sfs.listdir(layout.tree("curated"))
+        if i.type.name == "Directory" and sfs.exists(layout.curation_report(i.base_name))
+    )
     if not done:
         raise ConfigError(f"{store.uri}: no finished curation to release: run trajforge curate first")
     if cfg.curations == "all":
@@ -72,8 +75,12 @@ def excluded_ids(store: Store | str, cid: str) -> set[str]:
     """Kept transitions that curation marked ``exclude_as_target``: never a sample's target."""
     store = Store.open(store)
     sfs = store.sfs
-    table = pq.read_table(store.layout.curation_attributes(cid), columns=["transition_id"], filesystem=sfs.fs,
-                          filters=[("exclude_as_target", "=", True), ("status", "=", "kept")])  # fmt: skip
+    table = pq.read_table(
+        store.layout.curation_attributes(cid),
+        columns=["transition_id"],
+        filesystem=sfs.fs,
+        filters=[("exclude_as_target", "=", True), ("status", "=", "kept")],
+    )
     return set(table.column("transition_id").to_pylist())
 
 
@@ -116,8 +123,16 @@ def _code_sha256() -> str:
     return h.hexdigest()
 
 
-def input_hash(store: Store, cfg: MixtureConfig, cids: list[str], shards: list[tuple[str, str]], digests: dict[str, str],
-               name: str, version: str, rows_per_file: int) -> str:  # fmt: skip
+def input_hash(
+    store: Store,
+    cfg: MixtureConfig,
+    cids: list[str],
+    shards: list[tuple[str, str]],
+    digests: dict[str, str],
+    name: str,
+    version: str,
+    rows_per_file: int,
+) -> str:
     """A hash of everything a release is built from: the curations' shards (their manifests'
     sha256), attributes and indexes and what the release reads of their reports (not their
     timings), the distillation files read, the mixture config, the tokenizer, the code and
@@ -132,9 +147,10 @@ def input_hash(store: Store, cfg: MixtureConfig, cids: list[str], shards: list[t
         body = json.loads(sfs.read_bytes(layout.curation_report(cid)))
         return {k: body.get(k) for k in ("config", "kept", "rejected", "by_reason")}
 
-    curated = {cid: {"report": report(cid),
-                     "attributes": sha(layout.curation_attributes(cid)),
-                     "index": sha(layout.index_marker(cid))} for cid in cids}  # fmt: skip
+    curated = {
+        cid: {"report": report(cid), "attributes": sha(layout.curation_attributes(cid)), "index": sha(layout.index_marker(cid))}
+        for cid in cids
+    }
     body = {
         "format": INPUTS,
         "release": [name, version, rows_per_file],

@@ -73,8 +73,16 @@ def diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> list[dict[str,
     for key in sorted(set(left) | set(right)):
         x, y = left.get(key, set()), right.get(key, set())
         if x != y or x:
-            rows.append({"stage": key[0], "split": key[1], "domain": key[2], "added": len(y - x), "removed": len(x - y),
-                         "kept": len(x & y)})  # fmt: skip
+            rows.append(
+                {
+                    "stage": key[0],
+                    "split": key[1],
+                    "domain": key[2],
+                    "added": len(y - x),
+                    "removed": len(x - y),
+                    "kept": len(x & y),
+                }
+            )
     return rows
 
 
@@ -93,9 +101,17 @@ def list_releases(store_root: Store | str | os.PathLike[str], on_skip: Callable[
             continue
         m = rel.manifest
         data = [f for f in m.files if f.stage]
-        out.append({"name": m.name, "version": m.version, "files": len(data), "samples": sum(f.rows or 0 for f in data),
-                    "tokens": sum(f.tokens or 0 for f in data), "curations": ",".join(m.curations),
-                    "config_hash": m.config_hash})  # fmt: skip
+        out.append(
+            {
+                "name": m.name,
+                "version": m.version,
+                "files": len(data),
+                "samples": sum(f.rows or 0 for f in data),
+                "tokens": sum(f.tokens or 0 for f in data),
+                "curations": ",".join(m.curations),
+                "config_hash": m.config_hash,
+            }
+        )
     return out
 
 
@@ -163,12 +179,26 @@ def agentworldbench_items(samples: list[tuple[dict[str, Any], Turns]]) -> list[d
     out = []
     for row, own in samples:
         n = len(own.prompt)
-        fits = (row["dropped_turns"] == 0 and shared is not None and shared.system == own.system
-                and shared.prompt[:n] == own.prompt and shared.response[:n] == own.response)  # fmt: skip
+        fits = (
+            row["dropped_turns"] == 0
+            and shared is not None
+            and shared.system == own.system
+            and shared.prompt[:n] == own.prompt
+            and shared.response[:n] == own.response
+        )
         turns = shared if fits else own
-        out.append({"task": row["domain"], "id": row["id"], "prompt": turns.prompt, "response": turns.response,
-                    "current_prompt": own.prompt[-1], "system_str": own.system, "turn_idx": n,
-                    "total_turns": row["total_turns"]})  # fmt: skip
+        out.append(
+            {
+                "task": row["domain"],
+                "id": row["id"],
+                "prompt": turns.prompt,
+                "response": turns.response,
+                "current_prompt": own.prompt[-1],
+                "system_str": own.system,
+                "turn_idx": n,
+                "total_turns": row["total_turns"],
+            }
+        )
     return out
 
 

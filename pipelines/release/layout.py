@@ -17,20 +17,61 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-_META = [("domain", pa.string()), ("env_id", pa.string()), ("task_id", pa.string()), ("trajectory_id", pa.string()),
-         ("curation_id", pa.string()), ("split", pa.string())]  # fmt: skip
+_META = [
+    ("domain", pa.string()),
+    ("env_id", pa.string()),
+    ("task_id", pa.string()),
+    ("trajectory_id", pa.string()),
+    ("curation_id", pa.string()),
+    ("split", pa.string()),
+]
 SCHEMAS = {
-    "cpt": pa.schema([("id", pa.string()), ("text", pa.string()), ("tokens", pa.int64()), ("part", pa.int32()),
-                      ("parts", pa.int32()), ("first_turn", pa.int32()), ("last_turn", pa.int32()), *_META]),
-    "sft": pa.schema([("id", pa.string()), ("prompt", MESSAGES), ("completion", MESSAGES), ("tokens", pa.int64()),
-                      ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("history_turns", pa.int32()),
-                      ("dropped_turns", pa.int32()), ("has_reasoning", pa.bool_()), ("step", pa.int32()),
-                      ("total_turns", pa.int32()), ("transition_id", pa.string()), *_META]),
-    "rl": pa.schema([("id", pa.string()), ("prompt", MESSAGES), ("ground_truth", pa.string()), ("format", pa.string()),
-                     ("volatile_spans", pa.list_(pa.struct([("start", pa.int32()), ("end", pa.int32()), ("kind", pa.string())]))),
-                     ("tokens", pa.int64()), ("history_turns", pa.int32()), ("dropped_turns", pa.int32()), ("step", pa.int32()),
-                     ("total_turns", pa.int32()), ("transition_id", pa.string()), *_META]),
-}  # fmt: skip
+    "cpt": pa.schema(
+        [
+            ("id", pa.string()),
+            ("text", pa.string()),
+            ("tokens", pa.int64()),
+            ("part", pa.int32()),
+            ("parts", pa.int32()),
+            ("first_turn", pa.int32()),
+            ("last_turn", pa.int32()),
+            *_META,
+        ]
+    ),
+    "sft": pa.schema(
+        [
+            ("id", pa.string()),
+            ("prompt", MESSAGES),
+            ("completion", MESSAGES),
+            ("tokens", pa.int64()),
+            ("prompt_tokens", pa.int64()),
+            ("completion_tokens", pa.int64()),
+            ("history_turns", pa.int32()),
+            ("dropped_turns", pa.int32()),
+            ("has_reasoning", pa.bool_()),
+            ("step", pa.int32()),
+            ("total_turns", pa.int32()),
+            ("transition_id", pa.string()),
+            *_META,
+        ]
+    ),
+    "rl": pa.schema(
+        [
+            ("id", pa.string()),
+            ("prompt", MESSAGES),
+            ("ground_truth", pa.string()),
+            ("format", pa.string()),
+            ("volatile_spans", pa.list_(pa.struct([("start", pa.int32()), ("end", pa.int32()), ("kind", pa.string())]))),
+            ("tokens", pa.int64()),
+            ("history_turns", pa.int32()),
+            ("dropped_turns", pa.int32()),
+            ("step", pa.int32()),
+            ("total_turns", pa.int32()),
+            ("transition_id", pa.string()),
+            *_META,
+        ]
+    ),
+}
 ROWS_PER_FILE = 100_000  # release files hold whole input shards, about this many rows
 
 
@@ -43,8 +84,15 @@ def data_files(root: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted(root.glob("data/*/*.parquet")):
         table = pq.read_table(path, columns=["tokens"])
-        out.append({"path": str(path.relative_to(root)), "stage": path.parent.name, "split": path.name.split("-")[0],
-                    "rows": table.num_rows, "tokens": int(pc.sum(table.column("tokens")).as_py() or 0)})  # fmt: skip
+        out.append(
+            {
+                "path": str(path.relative_to(root)),
+                "stage": path.parent.name,
+                "split": path.name.split("-")[0],
+                "rows": table.num_rows,
+                "tokens": int(pc.sum(table.column("tokens")).as_py() or 0),
+            }
+        )
     return out
 
 

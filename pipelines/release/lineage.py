@@ -41,13 +41,26 @@ def lineage_of(store: Store, cids: list[str], name: str, version: str) -> dict[s
         inputs = json.loads(sfs.read_bytes(index))["inputs"] if sfs.exists(index) else []
         report = json.loads(sfs.read_bytes(store.layout.curation_report(cid)))
         runs = sorted({os.path.dirname(rel) for rel in inputs})
-        curated[cid] = {"config": report.get("config"), "raw_runs": runs, "raw_shards": inputs,
-                        "kept": report.get("kept"), "rejected": report.get("rejected")}  # fmt: skip
+        curated[cid] = {
+            "config": report.get("config"),
+            "raw_runs": runs,
+            "raw_shards": inputs,
+            "kept": report.get("kept"),
+            "rejected": report.get("rejected"),
+        }
     return {"format": "trajforge.lineage/1", "release": {"name": name, "version": version}, "curations": curated}
 
 
-def build_manifest(root: Path, cfg: MixtureConfig, name: str, version: str, cids: list[str], lineage: dict[str, Any],
-                   plans: dict[str, mixture.StagePlan], report: ReleaseReport | None = None) -> dict[str, Any]:  # fmt: skip
+def build_manifest(
+    root: Path,
+    cfg: MixtureConfig,
+    name: str,
+    version: str,
+    cids: list[str],
+    lineage: dict[str, Any],
+    plans: dict[str, mixture.StagePlan],
+    report: ReleaseReport | None = None,
+) -> dict[str, Any]:
     """``manifest.json`` of the release folder ``root``: every file but itself, with what
     ``report`` adds (input hash, drops and lengths)."""
     tokens = {f["path"]: f for f in data_files(root)}
@@ -56,8 +69,9 @@ def build_manifest(root: Path, cfg: MixtureConfig, name: str, version: str, cids
         rel = str(path.relative_to(root))
         entry = {"path": rel, "sha256": file_sha256(LOCAL, str(path)), "bytes": path.stat().st_size}
         if rel in tokens:
-            entry.update(rows=tokens[rel]["rows"], tokens=tokens[rel]["tokens"], stage=tokens[rel]["stage"],
-                         split=tokens[rel]["split"])  # fmt: skip
+            entry.update(
+                rows=tokens[rel]["rows"], tokens=tokens[rel]["tokens"], stage=tokens[rel]["stage"], split=tokens[rel]["split"]
+            )
         files.append(entry)
     versions = library_versions()
     return {

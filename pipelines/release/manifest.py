@@ -235,8 +235,9 @@ def load(root: str | os.PathLike[str]) -> Release:
     manifest = parse_manifest(data, sfs.uri(path))
     name, version = Path(sfs.root).parent.name, Path(sfs.root).name
     if Path(sfs.root).parent.parent.name == "releases" and (manifest.name, manifest.version) != (name, version):
-        raise StoreError(f"{sfs.uri(path)}: names release {manifest.name} {manifest.version}, "
-                         f"but lies in releases/{name}/{version}")  # fmt: skip
+        raise StoreError(
+            f"{sfs.uri(path)}: names release {manifest.name} {manifest.version}, but lies in releases/{name}/{version}"
+        )
     return Release(sfs, manifest, hashlib.sha256(data).hexdigest())
 
 

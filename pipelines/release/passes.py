@@ -184,8 +184,11 @@ def write_release_file(cfg: MixtureConfig, plans: dict[str, dict[str, float]], o
                 rows = batch.filter(pc.equal(batch.column("split"), split))
                 if split == "train" and rows.num_rows:
                     ids, domains = rows.column("id").to_pylist(), rows.column("domain").to_pylist()
-                    take = [i for i, (sid, d) in enumerate(zip(ids, domains, strict=True))
-                            for _ in range(mixture.copies(cfg, stage, sid, mult.get(d, 0.0)))]  # fmt: skip
+                    take = [
+                        i
+                        for i, (sid, d) in enumerate(zip(ids, domains, strict=True))
+                        for _ in range(mixture.copies(cfg, stage, sid, mult.get(d, 0.0)))
+                    ]
                     rows = rows.take(pa.array(take, pa.int64()))
                 if rows.num_rows:
                     writers[split].write_batch(rows)

@@ -76,7 +76,9 @@ def _kept_if_identical(store: Store, tmp: Path, final: str, report: ReleaseRepor
     same = sfs.exists(old) and _content(sfs.read_bytes(old)) == _content((tmp / MANIFEST).read_bytes())
     shutil.rmtree(tmp)
     if not same:
-        raise StoreError(f"{sfs.uri(final)}: release {report.name} {report.version} exists with other content: "
-                         "releases are immutable, give this one a new version")  # fmt: skip
+        raise StoreError(
+            f"{sfs.uri(final)}: release {report.name} {report.version} exists with other content: "
+            "releases are immutable, give this one a new version"
+        )
     report.identical = True
     return report

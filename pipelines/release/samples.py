@@ -131,8 +131,13 @@ class Trajectory:
 
     def meta(self) -> dict[str, Any]:
         t = self.first
-        return {"domain": t.domain, "env_id": t.env_id, "task_id": t.task_id, "trajectory_id": t.trajectory_id,
-                "curation_id": self.curation_id}  # fmt: skip
+        return {
+            "domain": t.domain,
+            "env_id": t.env_id,
+            "task_id": t.task_id,
+            "trajectory_id": t.trajectory_id,
+            "curation_id": self.curation_id,
+        }
 
 
 SEP = "\n\n"
@@ -160,8 +165,16 @@ def _user(t: Transition) -> tuple[str, ...]:
 
 def _user_first(t: Transition, dropped: int) -> tuple[str, ...]:
     note = (f"({dropped} earlier turns omitted)\n\n",) if dropped else ()
-    return ("## Task\n", t.instruction or "(none)", "\n\n", *note, "## Current State\n", t.state.text, "\n\n## Action\n",
-            t.action.canonical)  # fmt: skip
+    return (
+        "## Task\n",
+        t.instruction or "(none)",
+        "\n\n",
+        *note,
+        "## Current State\n",
+        t.state.text,
+        "\n\n## Action\n",
+        t.action.canonical,
+    )
 
 
 def _warm(traj: Trajectory, tokens: PieceCounts) -> None:
@@ -169,8 +182,9 @@ def _warm(traj: Trajectory, tokens: PieceCounts) -> None:
     tokens.warm([p for t in traj.steps for p in (t.state.text, t.next_state.text, t.action.canonical)])
 
 
-def cpt_documents(traj: Trajectory, tokens: PieceCounts, context_tokens: int, max_tokens: int | None = None,
-                  drops: Counter | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def cpt_documents(
+    traj: Trajectory, tokens: PieceCounts, context_tokens: int, max_tokens: int | None = None, drops: Counter | None = None
+) -> list[dict[str, Any]]:
     steps = traj.steps
     _warm(traj, tokens)
     header = _header(traj.first)
@@ -194,13 +208,29 @@ def cpt_documents(traj: Trajectory, tokens: PieceCounts, context_tokens: int, ma
                 drops["turn_too_long"] += 1
             continue
         text = SEP.join(["".join(header), "".join(_start(a, steps[a])), *("".join(_turn(i, steps[i])) for i in range(a, b))])
-        out.append({"id": sample_id("cpt", meta["trajectory_id"], k), "text": text, "tokens": n, "part": k,
-                    "parts": len(docs), "first_turn": a + 1, "last_turn": b, **meta})  # fmt: skip
+        out.append(
+            {
+                "id": sample_id("cpt", meta["trajectory_id"], k),
+                "text": text,
+                "tokens": n,
+                "part": k,
+                "parts": len(docs),
+                "first_turn": a + 1,
+                "last_turn": b,
+                **meta,
+            }
+        )
     return out
 
 
-def prompts(traj: Trajectory, tokens: PieceCounts, max_prompt_tokens: int, max_tokens: int | None = None,
-            target: Callable[[int], int] | None = None, drops: Counter | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def prompts(
+    traj: Trajectory,
+    tokens: PieceCounts,
+    max_prompt_tokens: int,
+    max_tokens: int | None = None,
+    target: Callable[[int], int] | None = None,
+    drops: Counter | None = None,
+) -> list[dict[str, Any]]:
     """One prompt per target step: messages, rendered token counts, history kept and dropped.
 
     History is dropped oldest first while the prompt is over ``max_prompt_tokens`` or the
@@ -211,8 +241,14 @@ def prompts(traj: Trajectory, tokens: PieceCounts, max_prompt_tokens: int, max_t
 
     steps = traj.steps
     system = system_prompt(traj.first.domain, traj.first.env_id)
-    tokens.warm([p for t in steps for role, text in (("assistant", "".join(_observations(t))), ("user", "".join(_user(t))))
-                 for p in _message(role, text)])  # one batch for the trajectory's messages  # fmt: skip
+    tokens.warm(
+        [
+            p
+            for t in steps
+            for role, text in (("assistant", "".join(_observations(t))), ("user", "".join(_user(t))))
+            for p in _message(role, text)
+        ]
+    )  # one batch for the trajectory's messages
     n_sys = tokens(_message("system", system))
     n_obs = [tokens(_message("assistant", "".join(_observations(t)))) for t in steps]
     users_upto = [0, *accumulate(tokens(_message("user", "".join(_user(t)))) for t in steps)]  # action messages [:i]
@@ -246,8 +282,18 @@ def prompts(traj: Trajectory, tokens: PieceCounts, max_prompt_tokens: int, max_t
         for i in range(j, k):
             messages.append({"role": "assistant", "content": "".join(_observations(steps[i]))})
             messages.append({"role": "user", "content": "".join(_user(steps[i + 1]))})
-        out.append({"step": k, "messages": messages, "prompt_tokens": size(j, k), "history_turns": k - j,
-                    "dropped_turns": j, "total_turns": len(steps), "transition": t, "next_tokens": n_obs[k]})  # fmt: skip
+        out.append(
+            {
+                "step": k,
+                "messages": messages,
+                "prompt_tokens": size(j, k),
+                "history_turns": k - j,
+                "dropped_turns": j,
+                "total_turns": len(steps),
+                "transition": t,
+                "next_tokens": n_obs[k],
+            }
+        )
     return out
 
 
@@ -263,12 +309,23 @@ def sft_samples(traj: Trajectory, tokens: PieceCounts, items: list[dict[str, Any
         t = p["transition"]
         content = _completion(traj, t)
         n = tokens(_message("assistant", content))
-        out.append({"id": sample_id("sft", t.transition_id), "prompt": p["messages"],
-                    "completion": [{"role": "assistant", "content": content}], "tokens": p["prompt_tokens"] + n,
-                    "prompt_tokens": p["prompt_tokens"], "completion_tokens": n, "history_turns": p["history_turns"],
-                    "dropped_turns": p["dropped_turns"], "has_reasoning": content != "".join(_observations(t)),
-                    "step": p["step"], "total_turns": p["total_turns"], "transition_id": t.transition_id,
-                    **meta})  # fmt: skip
+        out.append(
+            {
+                "id": sample_id("sft", t.transition_id),
+                "prompt": p["messages"],
+                "completion": [{"role": "assistant", "content": content}],
+                "tokens": p["prompt_tokens"] + n,
+                "prompt_tokens": p["prompt_tokens"],
+                "completion_tokens": n,
+                "history_turns": p["history_turns"],
+                "dropped_turns": p["dropped_turns"],
+                "has_reasoning": content != "".join(_observations(t)),
+                "step": p["step"],
+                "total_turns": p["total_turns"],
+                "transition_id": t.transition_id,
+                **meta,
+            }
+        )
     return out
 
 
@@ -276,17 +333,29 @@ def rl_samples(traj: Trajectory, tokens: PieceCounts, items: list[dict[str, Any]
     meta = traj.meta()
     n_gen = tokens(GENERATION_PROMPT)
     return [
-        {"id": sample_id("rl", p["transition"].transition_id), "prompt": p["messages"],
-         "ground_truth": p["transition"].next_state.text, "format": p["transition"].next_state.format,
-         "volatile_spans": [{"start": s.start, "end": s.end, "kind": s.kind} for s in p["transition"].next_state.volatile_spans],
-         "tokens": p["prompt_tokens"] + n_gen, "history_turns": p["history_turns"], "dropped_turns": p["dropped_turns"],
-         "step": p["step"], "total_turns": p["total_turns"], "transition_id": p["transition"].transition_id, **meta}
+        {
+            "id": sample_id("rl", p["transition"].transition_id),
+            "prompt": p["messages"],
+            "ground_truth": p["transition"].next_state.text,
+            "format": p["transition"].next_state.format,
+            "volatile_spans": [
+                {"start": s.start, "end": s.end, "kind": s.kind} for s in p["transition"].next_state.volatile_spans
+            ],
+            "tokens": p["prompt_tokens"] + n_gen,
+            "history_turns": p["history_turns"],
+            "dropped_turns": p["dropped_turns"],
+            "step": p["step"],
+            "total_turns": p["total_turns"],
+            "transition_id": p["transition"].transition_id,
+            **meta,
+        }
         for p in items
-    ]  # fmt: skip
+    ]
 
 
-def build_samples(traj: Trajectory, tokens: PieceCounts, cfg: MixtureConfig,
-                  drops: dict[str, Counter] | None = None) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+def build_samples(
+    traj: Trajectory, tokens: PieceCounts, cfg: MixtureConfig, drops: dict[str, Counter] | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """Samples of every enabled stage; samples dropped for length counted in ``drops[stage][reason]``.
     RL's target is the observation; SFT's is its completion (with reasoning when distilled)."""
     out, made = {}, {}  # prompts are built once per budget and target (SFT and RL usually share them)

@@ -97,8 +97,12 @@ def train_tokenizer(texts: Iterable[str], out: str, vocab_size: int = 4096) -> s
     tok = tokenizers.Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     path = Path(out)
     file = path / "tokenizer.json" if path.suffix != ".json" else path
@@ -108,8 +112,17 @@ def train_tokenizer(texts: Iterable[str], out: str, vocab_size: int = 4096) -> s
 
 
 # -- the tokenizer a release ships ---------------------------------------------------------------
-HF_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json",
-            "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")  # fmt: skip
+HF_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -164,13 +177,22 @@ def ship_tokenizer(source: str, dest: Path) -> dict[str, Any]:
         shutil.copyfile(src, dest / "tokenizer.json")
         tokens = {"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN, "bos_token": None}
         # chat_template both in the config (transformers < 4.47 reads it there) and in its own file (newer ones)
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", **tokens, "model_max_length": MODEL_MAX_LENGTH,
-                  "chat_template": CHATML, "clean_up_tokenization_spaces": False}  # fmt: skip
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            **tokens,
+            "model_max_length": MODEL_MAX_LENGTH,
+            "chat_template": CHATML,
+            "clean_up_tokenization_spaces": False,
+        }
         _write_json(dest / "tokenizer_config.json", config)
         _write_json(dest / "special_tokens_map.json", {k: v for k, v in tokens.items() if v is not None})
         (dest / "chat_template.jinja").write_text(CHATML, encoding="utf-8")
         files = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"]
         template = "chatml"
-    return {"files": sorted(files), "chat_template": template, **tokens,
-            "sha256": hashlib.sha256((dest / "tokenizer.json").read_bytes()).hexdigest(),
-            "vocab_size": counter.tokenizer.get_vocab_size(with_added_tokens=True)}  # fmt: skip
+    return {
+        "files": sorted(files),
+        "chat_template": template,
+        **tokens,
+        "sha256": hashlib.sha256((dest / "tokenizer.json").read_bytes()).hexdigest(),
+        "vocab_size": counter.tokenizer.get_vocab_size(with_added_tokens=True),
+    }

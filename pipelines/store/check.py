@@ -85,8 +85,7 @@ def check_run(sfs: StoreFS, run_dir: str, report: CheckReport, *, deep: bool = F
             _check_inside(sfs, run_dir, name, entry, report, deep=deep)
 
 
-def _check_inside(sfs: StoreFS, run_dir: str, name: str, entry: ShardEntry | None, report: CheckReport, *,
-                  deep: bool) -> None:  # fmt: skip
+def _check_inside(sfs: StoreFS, run_dir: str, name: str, entry: ShardEntry | None, report: CheckReport, *, deep: bool) -> None:
     """Check a shard of a run folder, if it lies inside the folder (else it is not read)."""
     try:
         path = sfs.confine(run_dir, name)

@@ -93,8 +93,9 @@ class RowSpan:
     batch_rows: tuple[int, ...]
 
 
-def stored_batches(sfs: StoreFS, path: str, *, full_check: bool = False, span: RowSpan | None = None,
-                   source: pa.NativeFile | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:  # fmt: skip
+def stored_batches(
+    sfs: StoreFS, path: str, *, full_check: bool = False, span: RowSpan | None = None, source: pa.NativeFile | None = None
+) -> Iterator[tuple[int, pa.RecordBatch]]:
     """(schema version, record batch in the on-disk layout) for each batch of a shard, or of
     the rows in ``span`` (batches sliced to it)."""
     reader, version = open_shard(sfs, path, source)

@@ -96,11 +96,13 @@ def test_scripted_tasks_reach_their_check_with_tree_and_commands_recorded(env, t
 
 def test_bad_actions_are_data(env):
     obs, _ = env.reset(task=TASKS["android/settings-airplane-on"])
-    for action, error in [({"action": "click", "index": 99}, "no node with index 99 (the screen has 5)"),
-                          ({"action": "open_app", "app_name": "Chess"}, "app 'Chess' is not installed"),
-                          ({"action": "click", "x": 5000, "y": 10}, "(5000, 10) is off the screen (1080x2400)"),
-                          ({"action": "scroll", "direction": "sideways"}, "scroll.direction: expected one of"),
-                          ({"action": "click"}, "give either index or both x and y")]:  # fmt: skip
+    for action, error in [
+        ({"action": "click", "index": 99}, "no node with index 99 (the screen has 5)"),
+        ({"action": "open_app", "app_name": "Chess"}, "app 'Chess' is not installed"),
+        ({"action": "click", "x": 5000, "y": 10}, "(5000, 10) is off the screen (1080x2400)"),
+        ({"action": "scroll", "direction": "sideways"}, "scroll.direction: expected one of"),
+        ({"action": "click"}, "give either index or both x and y"),
+    ]:
         after, reward, terminated, _, info = env.step(action)
         assert error in info["action_error"] and after == obs and not terminated and reward is None
 
@@ -168,14 +170,25 @@ def test_exploration_mostly_acts_on_real_elements(env):
 def test_two_workers_on_two_devices_in_parallel(tmp_path, adb_server):
     with Simulator.start(adb_server) as a, Simulator.start(adb_server) as b:
         job = tmp_path / "job.yaml"
-        job.write_text(json.dumps({"job_id": "two-devices", "tasks": [str(ROOT / "examples" / "tasks" / "android.yaml")],
-                                   "workers": 2, "episodes_per_task": 2, "retries": 0,
-                                   "android": {"serials": [a.serial, b.serial], "adb_port": adb_server}}))  # fmt: skip
+        job.write_text(
+            json.dumps(
+                {
+                    "job_id": "two-devices",
+                    "tasks": [str(ROOT / "examples" / "tasks" / "android.yaml")],
+                    "workers": 2,
+                    "episodes_per_task": 2,
+                    "retries": 0,
+                    "android": {"serials": [a.serial, b.serial], "adb_port": adb_server},
+                }
+            )
+        )
         out = cli("collect", str(job), "--store", str(tmp_path / "store"))
         assert "6 episodes collected" in out.stdout and "0 failed" in out.stdout
     serial = "json_extract_string(provenance.extra, '$.serial')"
-    sql = (f"SELECT trajectory_id, max(reward) AS reward, min({serial}) AS serial, count(DISTINCT {serial}) AS serials "
-           "FROM transitions GROUP BY 1")  # fmt: skip
+    sql = (
+        f"SELECT trajectory_id, max(reward) AS reward, min({serial}) AS serial, count(DISTINCT {serial}) AS serials "
+        "FROM transitions GROUP BY 1"
+    )
     rows = [json.loads(x) for x in cli("query", sql, "--store", str(tmp_path / "store"), "--format", "json").stdout.splitlines()]
     assert len(rows) == 6 and all(r["reward"] == 1.0 and r["serials"] == 1 for r in rows)
     assert {r["serial"] for r in rows} == {a.serial, b.serial}  # each worker on its own device

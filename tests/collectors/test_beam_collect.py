@@ -35,8 +35,17 @@ def _job(tmp_path: Path, **over) -> Path:
     """Search episodes: no sandbox, and the same observations in every run (terminal ones
     carry timings, and their output has been seen to differ under load), so runs compare
     exactly; 16 episodes, 6 units of 3."""
-    body = {"job_id": "beamed", "seed": 3, "tasks": [SEARCH], "policy": {"kind": "scripted"}, "episodes_per_task": 2,
-            "max_steps": 10, "workers": 2, "retries": 1, "sandbox": {"backend": "local", "memory_mb": 512}} | over  # fmt: skip
+    body = {
+        "job_id": "beamed",
+        "seed": 3,
+        "tasks": [SEARCH],
+        "policy": {"kind": "scripted"},
+        "episodes_per_task": 2,
+        "max_steps": 10,
+        "workers": 2,
+        "retries": 1,
+        "sandbox": {"backend": "local", "memory_mb": 512},
+    } | over
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(body))
     return path
@@ -48,8 +57,21 @@ def _rows(store: Path) -> list[dict]:
 
 
 def _beam(job_file: Path, store: Path, *extra: str, env: dict | None = None, check: bool = True):
-    args = [sys.executable, "-m", "trajforge", "collect", str(job_file), "--store", str(store), "--runner", "DirectRunner",
-            "--unit-size", "3", "--direct_num_workers=2", *extra]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "trajforge",
+        "collect",
+        str(job_file),
+        "--store",
+        str(store),
+        "--runner",
+        "DirectRunner",
+        "--unit-size",
+        "3",
+        "--direct_num_workers=2",
+        *extra,
+    ]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"beam collect failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
@@ -99,8 +121,15 @@ def test_duplicate_attempts_of_units_commit_each_once(local_store, tmp_path):
     job, tasks = load_job(job_file)
     store = tmp_path / "store"
     # every unit is an element three times: duplicate attempts, run side by side by two workers
-    summary = run_beam_job(job, tasks, str(store), runner="DirectRunner", beam_args=["--direct_num_workers=2"],
-                           unit_size=3, units_hook=lambda units: units * 3)  # fmt: skip
+    summary = run_beam_job(
+        job,
+        tasks,
+        str(store),
+        runner="DirectRunner",
+        beam_args=["--direct_num_workers=2"],
+        unit_size=3,
+        units_hook=lambda units: units * 3,
+    )
     assert _rows(store) == _rows(expected_store)  # each step once
     assert summary.collected == 16 and summary.failed == 0
 

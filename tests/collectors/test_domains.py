@@ -183,3 +183,20 @@ def test_explorers_are_seeded():
         p.reset(task, 7)
         runs.append([p.act(Observation("a.py\nb.py"), []) for _ in range(4)])
     assert runs[0] == runs[1] and runs[0][-1] == {"action": "submit"}  # SWE submits when the steps run out
+
+
+def test_wrappers_reach_the_innermost_env_and_limit_steps(counter):
+    """``unwrapped`` ends at the environment under any stack of wrappers (Gymnasium's
+    meaning); ``StepLimit`` truncates after the step budget, ``WallTimeLimit`` on time."""
+    from collectors.wrappers import StepLimit, WallTimeLimit
+
+    env = counter.make()
+    wrapped = StepLimit(WallTimeLimit(env, 3600), 2)
+    assert wrapped.unwrapped is env and env.unwrapped is env
+    wrapped.reset(task=Task(**TASK))
+    assert wrapped.step({"action": "add"})[3] is False
+    _, _, terminated, truncated, info = wrapped.step({"action": "add"})
+    assert (terminated, truncated, info["truncated_by"]) == (False, True, "step_limit")
+    timed = WallTimeLimit(counter.make(), 0.0)
+    timed.reset(task=Task(**TASK))
+    assert timed.step({"action": "add"})[4]["truncated_by"] == "time_limit"

@@ -28,10 +28,16 @@ TASKS = ROOT / "examples" / "tasks"
 
 def write_job(tmp_path: Path, **over) -> Path:
     body = {
-        "job_id": "j", "seed": 0, "tasks": [str(TASKS / "terminal.yaml"), str(TASKS / "swe.yaml")],
-        "policy": {"kind": "scripted"}, "episodes_per_task": 1, "max_steps": 10, "workers": 2, "retries": 1,
+        "job_id": "j",
+        "seed": 0,
+        "tasks": [str(TASKS / "terminal.yaml"), str(TASKS / "swe.yaml")],
+        "policy": {"kind": "scripted"},
+        "episodes_per_task": 1,
+        "max_steps": 10,
+        "workers": 2,
+        "retries": 1,
         "sandbox": {"backend": "local", "memory_mb": 512},
-    }  # fmt: skip
+    }
     body.update(over)
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(body))
@@ -89,8 +95,9 @@ def test_job_on_both_backends_writes_valid_shards(tmp_path, backend, built):
     assert report.ok, report.problems
     rows = run_query(
         "SELECT task_id, max(step) + 1 AS steps, max(reward) AS reward, any_value(provenance.sandbox_backend) AS b,"
-        " count(DISTINCT trajectory_id) AS n FROM transitions GROUP BY 1 ORDER BY 1", str(tmp_path / "store"),
-    ).to_pylist()  # fmt: skip
+        " count(DISTINCT trajectory_id) AS n FROM transitions GROUP BY 1 ORDER BY 1",
+        str(tmp_path / "store"),
+    ).to_pylist()
     assert [r["task_id"] for r in rows] == sorted(t.id for t in tasks)
     assert all(r["reward"] == 1.0 and r["b"] == backend and r["n"] == 1 for r in rows), rows
     ledger = [json.loads(x) for x in (tmp_path / "store/jobs" / job.job_id / "ledger.jsonl").read_text().splitlines()]
@@ -102,8 +109,7 @@ def test_job_on_both_backends_writes_valid_shards(tmp_path, backend, built):
 
 
 def test_exploration_episodes_are_valid_and_seeded(tmp_path):
-    job, tasks = load_job(write_job(tmp_path, job_id="x", policy={"kind": "exploration", "max_steps": 6},
-                                    episodes_per_task=2))  # fmt: skip
+    job, tasks = load_job(write_job(tmp_path, job_id="x", policy={"kind": "exploration", "max_steps": 6}, episodes_per_task=2))
     runner.run_job(job, tasks, str(tmp_path / "s1"))
     runner.run_job(job, tasks, str(tmp_path / "s2"))
     assert check_path(str(tmp_path / "s1"), deep=True).ok
@@ -114,15 +120,24 @@ def test_exploration_episodes_are_valid_and_seeded(tmp_path):
     assert {"run", "view"} <= kinds
 
 
-KILL_JOB = dict(job_id="killme", policy={"kind": "exploration", "max_steps": 4}, episodes_per_task=6, workers=2,
-                tasks=[str(TASKS / "terminal.yaml")])  # fmt: skip
+KILL_JOB = dict(
+    job_id="killme",
+    policy={"kind": "exploration", "max_steps": 4},
+    episodes_per_task=6,
+    workers=2,
+    tasks=[str(TASKS / "terminal.yaml")],
+)
 
 
 def test_kill_9_mid_job_then_rerun_collects_exactly_the_missing_episodes(tmp_path):
     path = write_job(tmp_path, **KILL_JOB)
     store = tmp_path / "store"
-    proc = subprocess.Popen([sys.executable, "-m", "trajforge", "collect", str(path), "--store", str(store)],
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trajforge", "collect", str(path), "--store", str(store)],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     for line in proc.stderr:
         m = re.search(r"(\d+)/18 episodes", line)
         if m and int(m.group(1)) >= 6:
@@ -137,8 +152,9 @@ def test_kill_9_mid_job_then_rerun_collects_exactly_the_missing_episodes(tmp_pat
     assert 0 < partial < 18
     out = cli("collect", str(path), "--store", str(store)).stdout
     assert f"{18 - partial} episodes collected" in out and f"{partial} already done" in out
-    rows = run_query("SELECT trajectory_id, count(*) AS n, max(step) + 1 AS steps FROM transitions GROUP BY 1",
-                     str(store)).to_pylist()  # fmt: skip
+    rows = run_query(
+        "SELECT trajectory_id, count(*) AS n, max(step) + 1 AS steps FROM transitions GROUP BY 1", str(store)
+    ).to_pylist()
     job, tasks = load_job(path)
     expected = {s.trajectory_id for s in runner.plan(job, tasks, "x")}
     assert {r["trajectory_id"] for r in rows} == expected  # exactly the planned set
@@ -206,8 +222,9 @@ def test_cron_line_runs_the_job(tmp_path):
     assert "ExecStart=/opt/trajforge/.venv/bin/trajforge collect examples/jobs/terminal-swe.yaml" in unit
 
 
-SANDBOX_JOBS = sorted(p for p in (ROOT / "examples" / "jobs").glob("terminal-*.yaml")
-                      if not p.name.endswith("-sim.yaml"))  # the simulated job: tests/collectors/test_sim.py  # fmt: skip
+SANDBOX_JOBS = sorted(
+    p for p in (ROOT / "examples" / "jobs").glob("terminal-*.yaml") if not p.name.endswith("-sim.yaml")
+)  # the simulated job: tests/collectors/test_sim.py
 
 
 # the web, mcp and search jobs: tests/collectors/test_web.py, test_mcp.py, test_search.py

@@ -44,8 +44,12 @@ def test_check_env_conformance_on_published_servers_and_stubs(task_id):
 
 
 def test_check_env_conformance_on_the_fault_testbed():
-    task = _task("testbed", {"action": "call_tool", "name": "echo", "arguments": {"text": "hi"}},
-                 {"action": "call_tool", "name": "huge", "arguments": {"chars": 50}}, {"action": "finish"})  # fmt: skip
+    task = _task(
+        "testbed",
+        {"action": "call_tool", "name": "echo", "arguments": {"text": "hi"}},
+        {"action": "call_tool", "name": "huge", "arguments": {"chars": 50}},
+        {"action": "finish"},
+    )
     check_env(lambda: MCPEnv(env_id="testbed"), task)
 
 
@@ -73,8 +77,13 @@ def test_stub_state_depends_on_earlier_calls_and_is_reset_per_episode():
     with MCPEnv(env_id="bank") as env:
         env.reset(seed=1, task=_task("bank"))
         before = json.loads(env.step({"action": "call_tool", "name": "list_accounts"})[0].text.split("\n}\n")[0] + "}")
-        moved = env.step({"action": "call_tool", "name": "transfer",
-                          "arguments": {"from_account": "savings", "to_account": "checking", "amount": "10.00"}})[0]  # fmt: skip
+        moved = env.step(
+            {
+                "action": "call_tool",
+                "name": "transfer",
+                "arguments": {"from_account": "savings", "to_account": "checking", "amount": "10.00"},
+            }
+        )[0]
         assert json.loads(moved.extra)["outcome"] == "ok"
         after = env.step({"action": "call_tool", "name": "list_accounts"})[0].text
         assert f'"balance": "{float(before["balance"]) + 10:.2f}"' in after
@@ -89,8 +98,11 @@ def test_stub_state_depends_on_earlier_calls_and_is_reset_per_episode():
 def test_arguments_are_checked_against_the_tool_schema_before_sending():
     with MCPEnv(env_id="bank") as env:
         obs, _ = env.reset(seed=1, task=_task("bank"))
-        bad = {"action": "call_tool", "name": "transfer", "arguments": {"from_account": "savings", "to_account": "checking",
-                                                                         "amount": 10}}  # fmt: skip
+        bad = {
+            "action": "call_tool",
+            "name": "transfer",
+            "arguments": {"from_account": "savings", "to_account": "checking", "amount": 10},
+        }
         after, reward, terminated, _, info = env.step(bad)
         assert info["action_error"] == "call_tool.arguments.amount: 10 is not of type 'string' (tool transfer)"
         assert after == obs and reward is None and not terminated
@@ -148,13 +160,31 @@ def test_huge_output_is_capped_and_flagged():
 def test_jobs_retry_a_hang_on_a_fresh_server_and_record_a_dying_one_as_failed(tmp_path):
     marker = tmp_path / "hung-once"
     suite = tmp_path / "tasks.yaml"
-    suite.write_text(json.dumps({"tasks": [
-        {"id": "hang-once", "domain": "mcp", "env_id": "testbed", "instruction": "echo after a hang",
-         "actions": [{"action": "call_tool", "name": "hang_once", "arguments": {"marker": str(marker)}},
-                     {"action": "call_tool", "name": "echo", "arguments": {"text": "done"}}]},
-        {"id": "crash", "domain": "mcp", "env_id": "testbed", "instruction": "crash",
-         "actions": [{"action": "call_tool", "name": "crash", "arguments": {}}]},
-    ]}))  # fmt: skip
+    suite.write_text(
+        json.dumps(
+            {
+                "tasks": [
+                    {
+                        "id": "hang-once",
+                        "domain": "mcp",
+                        "env_id": "testbed",
+                        "instruction": "echo after a hang",
+                        "actions": [
+                            {"action": "call_tool", "name": "hang_once", "arguments": {"marker": str(marker)}},
+                            {"action": "call_tool", "name": "echo", "arguments": {"text": "done"}},
+                        ],
+                    },
+                    {
+                        "id": "crash",
+                        "domain": "mcp",
+                        "env_id": "testbed",
+                        "instruction": "crash",
+                        "actions": [{"action": "call_tool", "name": "crash", "arguments": {}}],
+                    },
+                ]
+            }
+        )
+    )
     job_file = tmp_path / "job.yaml"
     job_file.write_text(f"job_id: faults\ntasks: [{suite}]\nworkers: 0\nretries: 1\nmcp: {{call_timeout_s: 2}}\n")
     job, tasks = load_job(job_file)
@@ -174,8 +204,10 @@ def test_provenance_names_the_server_version_and_tool_list_hash(tmp_path):
     job, tasks = load_job(ROOT / "examples" / "jobs" / "mcp.yaml")
     tasks = [t for t in tasks if t.env_id == "time"]
     run_job(job.model_copy(update={"workers": 0}), tasks, str(tmp_path / "store"), log=lambda m: None)
-    row = run_query("SELECT provenance.image_digest AS d, provenance.extra AS x, provenance.sandbox_backend AS b "
-                    "FROM transitions LIMIT 1", str(tmp_path / "store")).to_pylist()[0]  # fmt: skip
+    row = run_query(
+        "SELECT provenance.image_digest AS d, provenance.extra AS x, provenance.sandbox_backend AS b FROM transitions LIMIT 1",
+        str(tmp_path / "store"),
+    ).to_pylist()[0]
     extra = json.loads(row["x"])
     assert row["d"] == f"mcp-time {extra['mcp_server_version']}" and row["b"] == "mcp"
     with MCPEnv(env_id="time") as env:
@@ -194,8 +226,21 @@ def _free_port() -> int:
 
 def test_a_server_over_streamable_http():
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "collectors.mcp.stubs.tickets", "--seed", "4", "--transport",
-                             "streamable-http", "--port", str(port)], cwd=ROOT, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "collectors.mcp.stubs.tickets",
+            "--seed",
+            "4",
+            "--transport",
+            "streamable-http",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(100):
             with socket.socket() as s:
@@ -242,15 +287,25 @@ def test_exploration_builds_calls_from_the_schemas_and_reuses_what_the_server_sh
     job, tasks = load_job(job_file)
     out = cli("collect", str(job_file), "--store", str(tmp_path / "s")).stdout
     assert f"{len(tasks) * job.episodes_per_task} episodes collected" in out and "0 failed" in out
-    rows = run_query("SELECT trajectory_id, step, action.canonical AS a, state.text AS s, action_error AS err, "
-                     "json_extract_string(next_state.extra, '$.outcome') AS outcome FROM transitions ORDER BY 1, 2",
-                     str(tmp_path / "s")).to_pylist()  # fmt: skip
+    rows = run_query(
+        "SELECT trajectory_id, step, action.canonical AS a, state.text AS s, action_error AS err, "
+        "json_extract_string(next_state.extra, '$.outcome') AS outcome FROM transitions ORDER BY 1, 2",
+        str(tmp_path / "s"),
+    ).to_pylist()
     assert len(rows) == len(tasks) * job.episodes_per_task * job.max_steps
     assert sum(r["err"] is not None for r in rows) <= len(rows) // 10
     assert {"ok", "tool_error"} <= {r["outcome"] for r in rows}
     # some calls use an id (m3, T-102, ...) that only an earlier result showed
-    reused = [r for r in rows if r["step"] > 0 and any(f'"{v}"' in r["s"] for v in json.loads(r["a"])["arguments"].values()
-                                                         if isinstance(v, str) and any(c.isdigit() for c in v))]  # fmt: skip
+    reused = [
+        r
+        for r in rows
+        if r["step"] > 0
+        and any(
+            f'"{v}"' in r["s"]
+            for v in json.loads(r["a"])["arguments"].values()
+            if isinstance(v, str) and any(c.isdigit() for c in v)
+        )
+    ]
     assert len(reused) >= 3
 
 

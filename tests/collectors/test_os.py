@@ -70,10 +70,12 @@ def test_scripted_tasks_reach_their_check_with_the_tree_recorded(env, task_id):
 def test_bad_actions_are_data_and_an_app_crash_is_an_observation(env):
     obs, _ = env.reset(task=TASKS["os/zenity-entry-name"])
     assert '[zenity:0.0.1.0.1] push button "OK"' in obs.text
-    for action, error in [({"action": "click_node", "id": "zenity:9.9"}, "no node with id 'zenity:9.9'"),
-                          ({"action": "click", "x": 5000, "y": 10}, "click.x=5000 is off the screen (1280x800)"),
-                          ({"action": "press", "key": "NoSuchKey"}, "No such key name"),
-                          ({"action": "wait", "seconds": 60}, "wait.seconds: expected 0 to 10")]:  # fmt: skip
+    for action, error in [
+        ({"action": "click_node", "id": "zenity:9.9"}, "no node with id 'zenity:9.9'"),
+        ({"action": "click", "x": 5000, "y": 10}, "click.x=5000 is off the screen (1280x800)"),
+        ({"action": "press", "key": "NoSuchKey"}, "No such key name"),
+        ({"action": "wait", "seconds": 60}, "wait.seconds: expected 0 to 10"),
+    ]:
         after, _, terminated, _, info = env.step(action)
         assert error in info["action_error"] and after == obs and not terminated
     obs, _, _, _, info = env.step({"action": "set_text", "id": "zenity:0.0.0.0.1", "text": "x"})
@@ -85,8 +87,13 @@ def test_bad_actions_are_data_and_an_app_crash_is_an_observation(env):
 
 
 def test_a_window_that_never_appears_is_a_bounded_typed_error():
-    crash = Task(id="os/crash", domain="os", instruction="-", setup=("bash -c 'echo dying >&2; kill -SEGV $$' &",),
-                 extra={"window": "Crashy"})  # fmt: skip
+    crash = Task(
+        id="os/crash",
+        domain="os",
+        instruction="-",
+        setup=("bash -c 'echo dying >&2; kill -SEGV $$' &",),
+        extra={"window": "Crashy"},
+    )
     with OSEnv(options={"app_timeout_s": 2.0}) as e:
         t0 = time.monotonic()
         with pytest.raises(EnvError, match=r"window titled 'Crashy' did not happen within 2 s.*dying"):
@@ -102,8 +109,14 @@ def test_x_server_killed_mid_episode_is_env_error_and_the_runner_retries(tmp_pat
     flag = tmp_path / "killed-once"
     killer = f'(sleep 1; [ -e {flag} ] || {{ touch {flag}; pkill -KILL -f "^Xvfb $DISPLAY "; }}) &'
     task = TASKS["os/zenity-question-no"]
-    task = Task(**{**task.__dict__, "id": "os/x-dies-once", "setup": (*task.setup, killer),
-                   "actions": ({"action": "wait", "seconds": 2.0}, *task.actions)})  # fmt: skip
+    task = Task(
+        **{
+            **task.__dict__,
+            "id": "os/x-dies-once",
+            "setup": (*task.setup, killer),
+            "actions": ({"action": "wait", "seconds": 2.0}, *task.actions),
+        }
+    )
     spec = EpisodeSpec("os-test", "run", task, 0, 0, {"job_id": "os-test", "tasks": ["x"], "os": FAST})
     result = run_episode(spec, retries=2)
     assert flag.exists() and result.ok and result.attempts == 2
@@ -143,8 +156,10 @@ def test_example_job_collects_every_task_through_the_cli(tmp_path):
     store = tmp_path / "store"
     out = cli("collect", str(ROOT / "examples" / "jobs" / "os.yaml"), "--store", str(store))
     assert f"{len(TASKS)} episodes collected" in out.stdout and "0 failed" in out.stdout
-    sql = ("SELECT task_id, max(reward) AS reward, count(*) AS steps, min(state.format) AS fmt, CAST(sum(CASE WHEN "
-           "state.text = next_state.text THEN 0 ELSE 1 END) AS INT) AS changed FROM transitions GROUP BY 1")  # fmt: skip
+    sql = (
+        "SELECT task_id, max(reward) AS reward, count(*) AS steps, min(state.format) AS fmt, CAST(sum(CASE WHEN "
+        "state.text = next_state.text THEN 0 ELSE 1 END) AS INT) AS changed FROM transitions GROUP BY 1"
+    )
     rows = [json.loads(line) for line in cli("query", sql, "--store", str(store), "--format", "json").stdout.splitlines()]
     assert {r["task_id"] for r in rows} == set(TASKS) and all(r["reward"] == 1.0 and r["fmt"] == "a11y_tree" for r in rows)
     assert {r["task_id"]: r["steps"] for r in rows} == {t: len(task.actions) for t, task in TASKS.items()}

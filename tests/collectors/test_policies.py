@@ -37,8 +37,9 @@ class ChatServer:
                 message = {"role": "assistant", "content": reply.get("content")}
                 if "call" in reply:
                     name, args = reply["call"]
-                    message["tool_calls"] = [{"id": f"c{len(server.requests)}", "type": "function",
-                                              "function": {"name": name, "arguments": args}}]  # fmt: skip
+                    message["tool_calls"] = [
+                        {"id": f"c{len(server.requests)}", "type": "function", "function": {"name": name, "arguments": args}}
+                    ]
                 data = json.dumps({"choices": [{"message": message, "finish_reason": "stop"}]}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -58,27 +59,37 @@ class ChatServer:
 
 
 def test_chat_policy_drives_an_episode_through_a_local_endpoint(tmp_path):
-    server = ChatServer([
-        {"call": ("run", json.dumps({"command": "echo hi"}))},
-        {"call": ("run", "{not json")},
-        {"call": ("write_file", json.dumps({"path": "x.txt", "content": "1"}))},
-        {"content": "I am done."},
-    ])  # fmt: skip
+    server = ChatServer(
+        [
+            {"call": ("run", json.dumps({"command": "echo hi"}))},
+            {"call": ("run", "{not json")},
+            {"call": ("write_file", json.dumps({"path": "x.txt", "content": "1"}))},
+            {"content": "I am done."},
+        ]
+    )
     try:
         suite = tmp_path / "t.yaml"
         suite.write_text(yaml.safe_dump([{"id": "chat/1", "domain": "terminal", "instruction": "say hi"}]))
         job_file = tmp_path / "job.yaml"
-        job_file.write_text(yaml.safe_dump({
-            "job_id": "chat", "tasks": [str(suite)], "workers": 0, "sandbox": {"backend": "local"},
-            "policy": {"kind": "openai", "model": "test-model", "base_url": server.url},
-        }))  # fmt: skip
+        job_file.write_text(
+            yaml.safe_dump(
+                {
+                    "job_id": "chat",
+                    "tasks": [str(suite)],
+                    "workers": 0,
+                    "sandbox": {"backend": "local"},
+                    "policy": {"kind": "openai", "model": "test-model", "base_url": server.url},
+                }
+            )
+        )
         job, tasks = load_job(job_file)
         summary = runner.run_job(job, tasks, str(tmp_path / "store"))
         assert summary.collected == 1
         rows = run_query(
             "SELECT step, action.kind AS k, action_error AS e, next_state.text AS t, truncated, provenance.model AS m,"
-            " provenance.policy AS p FROM transitions ORDER BY step", str(tmp_path / "store"),
-        ).to_pylist()  # fmt: skip
+            " provenance.policy AS p FROM transitions ORDER BY step",
+            str(tmp_path / "store"),
+        ).to_pylist()
         assert [r["k"] for r in rows] == ["run", "invalid", "write_file"]
         assert rows[0]["t"] == "hi\n[exit 0] /work$" and rows[1]["e"].startswith("not JSON")
         assert rows[2]["truncated"] and rows[0]["m"] == "test-model" and rows[0]["p"] == "openai-chat"
@@ -93,8 +104,7 @@ def test_chat_policy_drives_an_episode_through_a_local_endpoint(tmp_path):
 
 
 def test_chat_policy_gives_up_with_a_clear_error():
-    policy = OpenAIChatPolicy(TerminalEnv.action_space, model="m", base_url="http://127.0.0.1:9/v1", retries=1,
-                              timeout_s=1)  # fmt: skip
+    policy = OpenAIChatPolicy(TerminalEnv.action_space, model="m", base_url="http://127.0.0.1:9/v1", retries=1, timeout_s=1)
     policy.reset(Task(id="t", domain="terminal", instruction="x"), 0)
     with pytest.raises(ChatError, match=r"127.0.0.1:9/v1: ConnectionError"):
         policy.act(Observation(text="$"), [])

@@ -112,8 +112,11 @@ def test_impossible_actions_are_data_and_leave_the_observation(env):
     assert "no document is open" in info["action_error"] and after == obs
     after, _, _, _, info = env.step({"action": "open", "doc": "no.such.doc"})
     assert "no document" in info["action_error"] and after == obs
-    for bad in ({"action": "search", "query": " "}, {"action": "search", "query": "x", "top_k": 0},
-                {"action": "search", "query": "x", "top_k": 51}):  # fmt: skip
+    for bad in (
+        {"action": "search", "query": " "},
+        {"action": "search", "query": "x", "top_k": 0},
+        {"action": "search", "query": "x", "top_k": 51},
+    ):
         with pytest.raises(ActionError):
             env.action_space.parse(bad)
         assert env.step(bad)[4]["action_error"]
@@ -203,8 +206,10 @@ def test_the_example_job_collects_rewarded_episodes_into_a_store(tmp_path, monke
     summary = run_job(job, tasks, str(tmp_path / "store"), log=lambda m: None)
     assert summary.collected == len(SUITE) and summary.failed == 0
     assert (tmp_path / "cache" / "search" / "pydoc" / "meta.json").is_file()
-    sql = ("SELECT task_id, count(*) AS steps, max(reward) AS reward, list(next_state.format ORDER BY step) AS fmts "
-           "FROM transitions GROUP BY 1 ORDER BY 1")  # fmt: skip
+    sql = (
+        "SELECT task_id, count(*) AS steps, max(reward) AS reward, list(next_state.format ORDER BY step) AS fmts "
+        "FROM transitions GROUP BY 1 ORDER BY 1"
+    )
     rows = run_query(sql, str(tmp_path / "store")).to_pylist()
     assert [r["task_id"] for r in rows] == sorted(t.id for t in SUITE)
     assert all(r["reward"] == 1.0 and r["steps"] == 3 for r in rows)

@@ -53,9 +53,28 @@ def test_four_shards_in_parallel_collect_exactly_the_whole_job(job_file, tmp_pat
     whole = tmp_path / "whole"
     cli("collect", str(job_file), "--store", str(whole))
     sharded = tmp_path / "sharded"
-    procs = [subprocess.Popen([sys.executable, "-m", "trajforge", "collect", str(job_file), "--store", str(sharded),
-                               "--shard", str(i), "--num-shards", "4"], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in (3, 1, 0, 2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trajforge",
+                "collect",
+                str(job_file),
+                "--store",
+                str(sharded),
+                "--shard",
+                str(i),
+                "--num-shards",
+                "4",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in (3, 1, 0, 2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     expected = _trajectories(whole)
@@ -78,10 +97,22 @@ def test_a_shard_out_of_range_is_a_one_line_error(job_file, tmp_path):
 def test_the_slurm_array_script_runs_its_task_as_a_shard(job_file, tmp_path):
     store = tmp_path / "store"
     for task in (0, 1):
-        env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_COUNT": "2", "JOB": str(job_file),
-               "STORE": str(store), "TRAJFORGE": f"{sys.executable} -m trajforge"}  # fmt: skip
-        proc = subprocess.run(["bash", str(ROOT / "deploy" / "slurm" / "collect-array.sh")], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        env = {
+            **os.environ,
+            "SLURM_ARRAY_TASK_ID": str(task),
+            "SLURM_ARRAY_TASK_COUNT": "2",
+            "JOB": str(job_file),
+            "STORE": str(store),
+            "TRAJFORGE": f"{sys.executable} -m trajforge",
+        }
+        proc = subprocess.run(
+            ["bash", str(ROOT / "deploy" / "slurm" / "collect-array.sh")],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         assert f"(shard {task} of 2)" in proc.stderr
     assert len(_trajectories(store)) == 24

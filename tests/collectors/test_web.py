@@ -155,8 +155,10 @@ def test_example_jobs_collect_web_episodes(tmp_path):
     out = cli("collect", str(ROOT / "examples" / "jobs" / "web.yaml"), "--store", str(store))
     assert "5 episodes collected" in out.stdout and "0 failed" in out.stdout
     cli("collect", str(ROOT / "examples" / "jobs" / "web-explore.yaml"), "--store", str(store))
-    sql = ("SELECT provenance.job_id AS job, task_id, count(*) AS steps, max(reward) AS reward, "
-           "any_value(next_state.format) AS fmt FROM transitions GROUP BY 1, 2 ORDER BY 1, 2")  # fmt: skip
+    sql = (
+        "SELECT provenance.job_id AS job, task_id, count(*) AS steps, max(reward) AS reward, "
+        "any_value(next_state.format) AS fmt FROM transitions GROUP BY 1, 2 ORDER BY 1, 2"
+    )
     rows = [json.loads(line) for line in cli("query", sql, "--store", str(store), "--format", "json").stdout.splitlines()]
     scripted = {r["task_id"]: r for r in rows if r["job"] == "web"}
     assert set(scripted) == set(TASKS) and all(r["fmt"] == "a11y_tree" for r in rows)
@@ -171,8 +173,9 @@ def test_the_same_environment_serves_a_users_own_site_by_url():
 
     site = SiteServer().start()  # stands in for a self-hosted app (WebArena-style) at some URL
     try:
-        task = Task(id="own/wiki", domain="web", env_id="intranet", instruction="Open the wiki.",
-                    extra={"start_url": f"{site.url}/wiki/"})  # fmt: skip
+        task = Task(
+            id="own/wiki", domain="web", env_id="intranet", instruction="Open the wiki.", extra={"start_url": f"{site.url}/wiki/"}
+        )
         with WebEnv(env_id="intranet", options={"allowed_origins": [site.url], "settle_timeout_ms": 1500}) as env:
             assert env.server is None
             obs, _ = env.reset(task=task)

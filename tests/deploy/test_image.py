@@ -35,8 +35,14 @@ def image(built) -> str:
 
     assert shutil.which("podman"), "podman is not installed (make system-deps)"
     env = {**podman_env(), "IMAGE": TAG, "BASE_IMAGE": BASE_IMAGE, "BEAM_BOOT_IMAGE": BASE_IMAGE, "ENGINE": "podman"}
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "build-image.sh")], capture_output=True, text=True,
-                          timeout=BUILD_TIMEOUT_S, env=env, cwd=ROOT)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build-image.sh")],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, f"building the project image failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}"
     return TAG
 
@@ -64,8 +70,18 @@ def test_the_image_has_what_the_collectors_need(image):
 def test_the_image_collects_a_tiny_job_into_a_mounted_store(image, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    proc = _podman("run", "--rm", "--network=none", "-v", f"{data}:/data", image, "collect", "examples/jobs/search.yaml",
-                   "--store", "/data/store")  # fmt: skip
+    proc = _podman(
+        "run",
+        "--rm",
+        "--network=none",
+        "-v",
+        f"{data}:/data",
+        image,
+        "collect",
+        "examples/jobs/search.yaml",
+        "--store",
+        "/data/store",
+    )
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-3000:]}"
     assert "8 episodes collected" in proc.stdout, proc.stdout
     rows = run_query("SELECT count(DISTINCT trajectory_id) AS n, max(reward) AS best FROM transitions", str(data / "store"))

@@ -52,7 +52,8 @@ def test_writes_reads_validates_repairs_and_queries_like_local_disk(s3_store, tm
     names = objects(s3_store)
     assert names and not [n for n in names if n.endswith(".partial") or ".tmp-" in n or n.endswith(".lock")]
     assert sorted(n for n in names if n.endswith(".arrow")) == sorted(
-        str(p.relative_to(local)) for p in Path(local).rglob("*.arrow"))  # fmt: skip
+        str(p.relative_to(local)) for p in Path(local).rglob("*.arrow")
+    )
     ids = [t.transition_id for t in Store(s3_store).iter_transitions()]
     assert sorted(ids) == sorted(t.transition_id for t in transitions)
     assert run_query(COUNTS, s3_store).to_pylist() == run_query(COUNTS, local).to_pylist()
@@ -131,8 +132,9 @@ def _kill_child_at(store: str, mode: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = tmp_path / "child.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(script), store, mode, str(marker)], cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, str(script), store, mode, str(marker)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     deadline = time.monotonic() + 240
     while not marker.exists():
         if proc.poll() is not None:
@@ -196,8 +198,9 @@ threading.Event().wait()
 def test_a_killed_runs_ledger_is_uploaded_by_the_next_run_and_a_live_one_is_left(s3_store, tmp_path):
     script, marker = tmp_path / "ledger_child.py", tmp_path / "ledger.ready"
     script.write_text(LEDGER_CHILD)
-    proc = subprocess.Popen([sys.executable, str(script), s3_store, str(marker)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(script), s3_store, str(marker)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     deadline = time.monotonic() + 240
     while not marker.exists():
         assert proc.poll() is None and time.monotonic() < deadline, "ledger writer never got ready"
@@ -280,8 +283,15 @@ def test_a_real_collection_job_into_the_bucket_and_its_rerun(s3_store, tmp_path)
     build_root(log=lambda m: None)  # the local sandboxes' Debian root (cached)
     suite = yaml.safe_load((ROOT / "examples/tasks/terminal.yaml").read_text())
     (tmp_path / "tasks.yaml").write_text(yaml.safe_dump({"tasks": suite["tasks"][:2]}))
-    body = {"job_id": "s3job", "tasks": [str(tmp_path / "tasks.yaml")], "policy": {"kind": "scripted"}, "max_steps": 6,
-            "workers": 0, "retries": 0, "sandbox": {"backend": "local", "memory_mb": 512}}  # fmt: skip
+    body = {
+        "job_id": "s3job",
+        "tasks": [str(tmp_path / "tasks.yaml")],
+        "policy": {"kind": "scripted"},
+        "max_steps": 6,
+        "workers": 0,
+        "retries": 0,
+        "sandbox": {"backend": "local", "memory_mb": 512},
+    }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(body))
     job, tasks = load_job(tmp_path / "job.yaml")
     summary = runner.run_job(job, tasks, s3_store, log=lambda m: None)

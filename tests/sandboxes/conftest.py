@@ -21,9 +21,14 @@ from sandboxes import SandboxConfig, make_sandbox
 @pytest.fixture
 def sandbox_config(backend):
     return SandboxConfig(
-        backend=backend, memory_mb=256, cpus=0.5, pids=64, output_cap_bytes=64 * 1024, exec_timeout_s=30,
+        backend=backend,
+        memory_mb=256,
+        cpus=0.5,
+        pids=64,
+        output_cap_bytes=64 * 1024,
+        exec_timeout_s=30,
         run_id="pytest",
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture

@@ -296,9 +296,13 @@ def test_hostile_command_line_values(tmp_path, capsys, argv, message):
     (tmp_path / "store" / "raw").mkdir(parents=True)
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({"job_id": "j", "tasks": [str(TASKS)], "sandbox": {"backend": "local"}}))
-    values = {"tmp": str(tmp_path), "store": str(tmp_path / "store"), "job": str(job),
-              "curation": str(ROOT / "examples/curation/default.yaml"),
-              "mixture": str(ROOT / "examples/mixtures/default.yaml")}  # fmt: skip
+    values = {
+        "tmp": str(tmp_path),
+        "store": str(tmp_path / "store"),
+        "job": str(job),
+        "curation": str(ROOT / "examples/curation/default.yaml"),
+        "mixture": str(ROOT / "examples/mixtures/default.yaml"),
+    }
     _assert_one_line_error(*_main(capsys, [a.format(**values) for a in argv]), message)
     assert not (tmp_path / "s").exists() and sorted(p.name for p in (tmp_path / "store").iterdir()) == ["raw"]
 

@@ -234,8 +234,9 @@ def test_links_out_of_the_release_are_refused_even_with_a_matching_hash(store):
     target.unlink()
     target.symlink_to(secret)
     rel = str(target.relative_to(release(store)))
-    rewrite_manifest(store, lambda b: next(f for f in b["files"] if f["path"] == rel).update(
-        sha256=digest, bytes=secret.stat().st_size))  # fmt: skip
+    rewrite_manifest(
+        store, lambda b: next(f for f in b["files"] if f["path"] == rel).update(sha256=digest, bytes=secret.stat().st_size)
+    )
     refused(lambda: assets.open_release(str(store), "wm/1", "sft", "train"), ShardError, str(target), "links outside")
     assert f"{target}: links outside the release folder" in verify(release(store))
     manifest = release(store) / "manifest.json"

@@ -146,7 +146,7 @@ def test_environment_and_mounts_reveal_no_host_details(backend, sandbox_factory,
     host_paths = [str(state_dir()), str(cache_dir()), sb.id, os.path.expanduser("~") + "/"]
     if backend == "local":
         host_paths.append(str(sb.work))
-    for path in host_paths:  # Podman's own storage paths remain in its overlay's options (see README)
+    for path in host_paths:  # Podman's own storage paths remain in its overlay's options (see docs/security.md)
         assert path not in r.stdout, path
 
 

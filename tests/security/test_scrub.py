@@ -29,8 +29,28 @@ HEX = "0123456789abcdef"
 USERS = ["admin", "root", "deploy", "app", "svc_backup", "ci-bot", "alice", "j.smith", "postgres", "etl"]
 HOSTS = ["db.internal", "10.0.3.17", "api.acme.io", "staging-db-02", "mq.prod.local", "git.example.org", "172.16.4.20"]
 DBS = ["shop", "orders", "analytics", "users_prod", "wiki", "billing"]
-WORDS = ["alpha", "bravo", "cedar", "delta", "ember", "falcon", "granite", "harbor", "indigo", "juniper", "kestrel",
-         "lumen", "maple", "nectar", "onyx", "prairie", "quartz", "raven", "summit", "tundra"]  # fmt: skip
+WORDS = [
+    "alpha",
+    "bravo",
+    "cedar",
+    "delta",
+    "ember",
+    "falcon",
+    "granite",
+    "harbor",
+    "indigo",
+    "juniper",
+    "kestrel",
+    "lumen",
+    "maple",
+    "nectar",
+    "onyx",
+    "prairie",
+    "quartz",
+    "raven",
+    "summit",
+    "tundra",
+]
 
 
 def rand(r: random.Random, n: int, chars: str = ALNUM) -> str:
@@ -62,8 +82,17 @@ def _jwt(r: random.Random) -> str:
 
 
 def _private_key(r: random.Random) -> str:
-    label = r.choice(["RSA PRIVATE KEY", "EC PRIVATE KEY", "OPENSSH PRIVATE KEY", "PRIVATE KEY", "ENCRYPTED PRIVATE KEY",
-                      "PGP PRIVATE KEY BLOCK", "DSA PRIVATE KEY"])  # fmt: skip
+    label = r.choice(
+        [
+            "RSA PRIVATE KEY",
+            "EC PRIVATE KEY",
+            "OPENSSH PRIVATE KEY",
+            "PRIVATE KEY",
+            "ENCRYPTED PRIVATE KEY",
+            "PGP PRIVATE KEY BLOCK",
+            "DSA PRIVATE KEY",
+        ]
+    )
     body = b64(r, r.choice([121, 240, 600, 1190]))
     width = 70 if "OPENSSH" in label else 64
     lines = [body[i : i + width] for i in range(0, len(body), width)]
@@ -115,72 +144,148 @@ VALUES: dict[str, Callable[[random.Random], str]] = {
 def _forms(r: random.Random) -> dict[str, list[tuple[str, str]]]:
     u, h, d = r.choice(USERS), r.choice(HOSTS), r.choice(DBS)
     return {
-        "mysql_password": [("cmd", f"mysql -u {u} -p{{v}} -h {h} {d}"),
-                           ("cmd", f"mysql --user={u} --password={{v}} {d} -e 'SELECT COUNT(*) FROM orders'"),
-                           ("cmd", f"mysqldump -u {u} -p'{{v}}' --single-transaction {d} > /tmp/{d}.sql"),
-                           ("cmd", f'mysqladmin -u{u} -p"{{v}}" -h {h} status')],
-        "sshpass_password": [("cmd", f"sshpass -p '{{v}}' ssh -o StrictHostKeyChecking=no {u}@{h} uptime"),
-                             ("cmd", f"sshpass -p{{v}} scp backup.tar.gz {u}@{h}:/srv/backups/"),
-                             ("cmd", f"sshpass -p {{v}} rsync -av ./dist/ {u}@{h}:/var/www/")],
-        "curl_password": [("cmd", f"curl -s -u {u}:{{v}} https://{h}/api/v1/status"),
-                          ("cmd", f"curl --user '{u}:{{v}}' -X POST -d @payload.json https://{h}/hooks"),
-                          ("cmd", f"wget --user={u} --password={{v}} https://{h}/files/report.csv")],
-        "password_line": [("conf", "DB_PASSWORD={v}"), ("conf", "  password: {v}"), ("conf", '  password: "{v}"'),
-                          ("conf", '    "password": "{v}",'), ("conf", "password = {v}"), ("out", "PASSWORD: {v}"),
-                          ("conf", "passwd={v}"), ("conf", "db_pwd = {v}"), ("conf", "spring.datasource.password={v}"),
-                          ("conf", "$db_password = '{v}';"), ("conf", "        'PASSWORD': '{v}',"),
-                          ("out", "Your new password is: {v}"), ("conf", "MYSQL_ROOT_PASSWORD: {v}"),
-                          ("cmd", f"PGPASSWORD={{v}} psql -h {h} -U {u} {d}"), ("cmd", f"MYSQL_PWD='{{v}}' mysql -u {u} {d}")],
-        "secret_keyword": [("conf", "api_key: {v}"), ("conf", "API_KEY={v}"), ("conf", '  "api_key": "{v}",'),
-                           ("conf", 'client_secret = "{v}"'), ("conf", "SECRET_KEY = '{v}'"), ("conf", "token: {v}"),
-                           ("conf", "auth_token={v}"), ("conf", '{{"accessToken":"{v}","expiresIn":3600}}'),
-                           ("conf", "  webhook_secret: {v}"), ("http", "X-Api-Key: {v}"), ("http", "Private-Token: {v}"),
-                           ("conf", 'config.secret = "{v}"')],
-        "export_token": [("cmd", "export SERVICE_TOKEN={v}"), ("cmd", 'export X_TOKEN="{v}"'), ("cmd", "export CI_JOB_TOKEN={v}"),
-                         ("cmd", "docker run -e API_TOKEN={v} -p 8080:8080 app:latest"), ("cmd", "export VAULT_TOKEN='{v}'")],
-        "aws_secret_key": [("conf", "aws_secret_access_key = {v}"), ("conf", "AWS_SECRET_ACCESS_KEY={v}"),
-                           ("out", '        "SecretAccessKey": "{v}",'), ("cmd", "aws configure set aws_secret_access_key {v}"),
-                           ("cmd", "export AWS_SECRET_ACCESS_KEY={v}")],
-        "aws_key": [("conf", "aws_access_key_id = {v}"), ("cmd", "export AWS_ACCESS_KEY_ID={v}"),
-                    ("out", '        "AccessKeyId": "{v}",'), ("out", "{v}")],
-        "bearer_token": [("http", "Authorization: Bearer {v}"), ("cmd", f'curl -H "Authorization: Bearer {{v}}" https://{h}/v2/me'),
-                         ("conf", '  "headers": {{"Authorization": "Bearer {v}"}},'), ("http", "> authorization: Bearer {v}")],
-        "basic_auth": [("http", "Authorization: Basic {v}"), ("cmd", f"curl -H 'Authorization: Basic {{v}}' https://{h}/"),
-                       ("http", "Proxy-Authorization: Basic {v}")],
-        "hf_token": [("cmd", "huggingface-cli login --token {v}"), ("conf", "HF_TOKEN={v}"), ("out", "{v}"),
-                     ("conf", 'login(token="{v}")')],
-        "github_token": [("cmd", "git clone https://x-access-token:{v}@github.com/acme/infra.git"), ("conf", "GITHUB_TOKEN={v}"),
-                         ("out", "{v}"), ("cmd", "echo {v} | gh auth login --with-token")],
+        "mysql_password": [
+            ("cmd", f"mysql -u {u} -p{{v}} -h {h} {d}"),
+            ("cmd", f"mysql --user={u} --password={{v}} {d} -e 'SELECT COUNT(*) FROM orders'"),
+            ("cmd", f"mysqldump -u {u} -p'{{v}}' --single-transaction {d} > /tmp/{d}.sql"),
+            ("cmd", f'mysqladmin -u{u} -p"{{v}}" -h {h} status'),
+        ],
+        "sshpass_password": [
+            ("cmd", f"sshpass -p '{{v}}' ssh -o StrictHostKeyChecking=no {u}@{h} uptime"),
+            ("cmd", f"sshpass -p{{v}} scp backup.tar.gz {u}@{h}:/srv/backups/"),
+            ("cmd", f"sshpass -p {{v}} rsync -av ./dist/ {u}@{h}:/var/www/"),
+        ],
+        "curl_password": [
+            ("cmd", f"curl -s -u {u}:{{v}} https://{h}/api/v1/status"),
+            ("cmd", f"curl --user '{u}:{{v}}' -X POST -d @payload.json https://{h}/hooks"),
+            ("cmd", f"wget --user={u} --password={{v}} https://{h}/files/report.csv"),
+        ],
+        "password_line": [
+            ("conf", "DB_PASSWORD={v}"),
+            ("conf", "  password: {v}"),
+            ("conf", '  password: "{v}"'),
+            ("conf", '    "password": "{v}",'),
+            ("conf", "password = {v}"),
+            ("out", "PASSWORD: {v}"),
+            ("conf", "passwd={v}"),
+            ("conf", "db_pwd = {v}"),
+            ("conf", "spring.datasource.password={v}"),
+            ("conf", "$db_password = '{v}';"),
+            ("conf", "        'PASSWORD': '{v}',"),
+            ("out", "Your new password is: {v}"),
+            ("conf", "MYSQL_ROOT_PASSWORD: {v}"),
+            ("cmd", f"PGPASSWORD={{v}} psql -h {h} -U {u} {d}"),
+            ("cmd", f"MYSQL_PWD='{{v}}' mysql -u {u} {d}"),
+        ],
+        "secret_keyword": [
+            ("conf", "api_key: {v}"),
+            ("conf", "API_KEY={v}"),
+            ("conf", '  "api_key": "{v}",'),
+            ("conf", 'client_secret = "{v}"'),
+            ("conf", "SECRET_KEY = '{v}'"),
+            ("conf", "token: {v}"),
+            ("conf", "auth_token={v}"),
+            ("conf", '{{"accessToken":"{v}","expiresIn":3600}}'),
+            ("conf", "  webhook_secret: {v}"),
+            ("http", "X-Api-Key: {v}"),
+            ("http", "Private-Token: {v}"),
+            ("conf", 'config.secret = "{v}"'),
+        ],
+        "export_token": [
+            ("cmd", "export SERVICE_TOKEN={v}"),
+            ("cmd", 'export X_TOKEN="{v}"'),
+            ("cmd", "export CI_JOB_TOKEN={v}"),
+            ("cmd", "docker run -e API_TOKEN={v} -p 8080:8080 app:latest"),
+            ("cmd", "export VAULT_TOKEN='{v}'"),
+        ],
+        "aws_secret_key": [
+            ("conf", "aws_secret_access_key = {v}"),
+            ("conf", "AWS_SECRET_ACCESS_KEY={v}"),
+            ("out", '        "SecretAccessKey": "{v}",'),
+            ("cmd", "aws configure set aws_secret_access_key {v}"),
+            ("cmd", "export AWS_SECRET_ACCESS_KEY={v}"),
+        ],
+        "aws_key": [
+            ("conf", "aws_access_key_id = {v}"),
+            ("cmd", "export AWS_ACCESS_KEY_ID={v}"),
+            ("out", '        "AccessKeyId": "{v}",'),
+            ("out", "{v}"),
+        ],
+        "bearer_token": [
+            ("http", "Authorization: Bearer {v}"),
+            ("cmd", f'curl -H "Authorization: Bearer {{v}}" https://{h}/v2/me'),
+            ("conf", '  "headers": {{"Authorization": "Bearer {v}"}},'),
+            ("http", "> authorization: Bearer {v}"),
+        ],
+        "basic_auth": [
+            ("http", "Authorization: Basic {v}"),
+            ("cmd", f"curl -H 'Authorization: Basic {{v}}' https://{h}/"),
+            ("http", "Proxy-Authorization: Basic {v}"),
+        ],
+        "hf_token": [
+            ("cmd", "huggingface-cli login --token {v}"),
+            ("conf", "HF_TOKEN={v}"),
+            ("out", "{v}"),
+            ("conf", 'login(token="{v}")'),
+        ],
+        "github_token": [
+            ("cmd", "git clone https://x-access-token:{v}@github.com/acme/infra.git"),
+            ("conf", "GITHUB_TOKEN={v}"),
+            ("out", "{v}"),
+            ("cmd", "echo {v} | gh auth login --with-token"),
+        ],
         "github_pat": [("conf", "GH_TOKEN={v}"), ("cmd", "gh api user -H 'Authorization: token {v}'"), ("out", "token: {v}")],
         "gitlab_token": [("conf", "GITLAB_TOKEN={v}"), ("http", "PRIVATE-TOKEN: {v}"), ("out", "{v}")],
         "private_key": [("out", "{v}"), ("conf", "{v}")],
-        "jwt": [("http", "Authorization: Bearer {v}"), ("out", '{{"access_token": "{v}", "token_type": "bearer"}}'),
-                ("out", "{v}"), ("http", "Cookie: session={v}; theme=dark")],
+        "jwt": [
+            ("http", "Authorization: Bearer {v}"),
+            ("out", '{{"access_token": "{v}", "token_type": "bearer"}}'),
+            ("out", "{v}"),
+            ("http", "Cookie: session={v}; theme=dark"),
+        ],
         "openai_key": [("conf", "OPENAI_API_KEY={v}"), ("conf", 'client = OpenAI(api_key="{v}")'), ("out", "{v}")],
         "anthropic_key": [("conf", "ANTHROPIC_API_KEY={v}"), ("http", "x-api-key: {v}"), ("out", "{v}")],
         "slack_token": [("conf", "SLACK_BOT_TOKEN={v}"), ("out", "{v}"), ("conf", 'slack_token: "{v}"')],
-        "stripe_key": [("conf", "STRIPE_SECRET_KEY={v}"), ("cmd", "curl https://api.stripe.com/v1/charges -u {v}:"),
-                       ("conf", "stripe.api_key = '{v}'")],
-        "google_api_key": [("conf", "GOOGLE_API_KEY={v}"), ("out", "https://maps.googleapis.com/maps/api/geocode/json?key={v}"),
-                           ("conf", '  "apiKey": "{v}",')],
+        "stripe_key": [
+            ("conf", "STRIPE_SECRET_KEY={v}"),
+            ("cmd", "curl https://api.stripe.com/v1/charges -u {v}:"),
+            ("conf", "stripe.api_key = '{v}'"),
+        ],
+        "google_api_key": [
+            ("conf", "GOOGLE_API_KEY={v}"),
+            ("out", "https://maps.googleapis.com/maps/api/geocode/json?key={v}"),
+            ("conf", '  "apiKey": "{v}",'),
+        ],
         "npm_token": [("conf", "//registry.npmjs.org/:_authToken={v}"), ("conf", "NPM_TOKEN={v}"), ("out", "{v}")],
         "pypi_token": [("conf", "password = {v}"), ("cmd", "twine upload -u __token__ -p {v} dist/*"), ("out", "{v}")],
-        "url_credentials": [("conf", f"DATABASE_URL=postgres://{u}:{{v}}@{h}:5432/{d}"),
-                            ("cmd", f"git clone https://{u}:{{v}}@{h}/acme/app.git"),
-                            ("conf", f"  url: mongodb+srv://{u}:{{v}}@cluster0.{h}/{d}?retryWrites=true"),
-                            ("conf", f"CELERY_BROKER_URL=amqp://{u}:{{v}}@{h}:5672//"),
-                            ("out", f"redis://{u}:{{v}}@{h}:6379/0")],
-        "db_connection": [("conf", f"Server=tcp:{h},1433;Database={d};User ID={u};Password={{v}};Encrypt=true;"),
-                          ("conf", f"jdbc:postgresql://{h}:5432/{d}?user={u}&password={{v}}&ssl=true"),
-                          ("conf", f'"ConnectionStrings": {{{{"Default": "Host={h};Username={u};Password={{v}}"}}}}')],
-        "azure_storage_key": [("conf", "AZURE_STORAGE_CONNECTION_STRING=DefaultEndpointsProtocol=https;AccountName=acme"
-                                       "store;AccountKey={v};EndpointSuffix=core.windows.net")],
+        "url_credentials": [
+            ("conf", f"DATABASE_URL=postgres://{u}:{{v}}@{h}:5432/{d}"),
+            ("cmd", f"git clone https://{u}:{{v}}@{h}/acme/app.git"),
+            ("conf", f"  url: mongodb+srv://{u}:{{v}}@cluster0.{h}/{d}?retryWrites=true"),
+            ("conf", f"CELERY_BROKER_URL=amqp://{u}:{{v}}@{h}:5672//"),
+            ("out", f"redis://{u}:{{v}}@{h}:6379/0"),
+        ],
+        "db_connection": [
+            ("conf", f"Server=tcp:{h},1433;Database={d};User ID={u};Password={{v}};Encrypt=true;"),
+            ("conf", f"jdbc:postgresql://{h}:5432/{d}?user={u}&password={{v}}&ssl=true"),
+            ("conf", f'"ConnectionStrings": {{{{"Default": "Host={h};Username={u};Password={{v}}"}}}}'),
+        ],
+        "azure_storage_key": [
+            (
+                "conf",
+                "AZURE_STORAGE_CONNECTION_STRING=DefaultEndpointsProtocol=https;AccountName=acme"
+                "store;AccountKey={v};EndpointSuffix=core.windows.net",
+            )
+        ],
         "twilio_key": [("conf", "TWILIO_API_KEY={v}"), ("out", "{v}")],
         "sendgrid_key": [("conf", "SENDGRID_API_KEY={v}"), ("out", "{v}")],
-        "mailgun_key": [("conf", "MAILGUN_API_KEY={v}"), ("cmd", f"curl -s --user 'api:{{v}}' https://api.mailgun.net/v3/{h}/messages")],
+        "mailgun_key": [
+            ("conf", "MAILGUN_API_KEY={v}"),
+            ("cmd", f"curl -s --user 'api:{{v}}' https://api.mailgun.net/v3/{h}/messages"),
+        ],
         "discord_token": [("conf", "DISCORD_TOKEN={v}"), ("conf", "client.run('{v}')"), ("out", "{v}")],
         "telegram_token": [("conf", "TELEGRAM_BOT_TOKEN={v}"), ("out", "https://api.telegram.org/bot{v}/getMe")],
-    }  # fmt: skip
+    }
 
 
 # -- ordinary text around them -------------------------------------------------------------------
@@ -250,15 +355,29 @@ def _noise(r: random.Random, n: int) -> str:
 def _document(r: random.Random, context: str, line: str) -> tuple[str, str]:
     """A realistic observation that holds the line: (domain, text)."""
     prompt = f"{r.choice(USERS)}@{r.choice(['web-1', 'dev', 'runner-7', 'box'])}:~/{r.choice(WORDS)}$ "
-    name = r.choice([".env", "config/settings.yaml", "docker-compose.yml", "app.ini", "config.json", "deploy.sh",
-                     "settings.py", ".npmrc", "credentials", "application.properties"])  # fmt: skip
+    name = r.choice(
+        [
+            ".env",
+            "config/settings.yaml",
+            "docker-compose.yml",
+            "app.ini",
+            "config.json",
+            "deploy.sh",
+            "settings.py",
+            ".npmrc",
+            "credentials",
+            "application.properties",
+        ]
+    )
     style = r.choice(["terminal", "swe", "web", "mcp"])
     if context == "cmd":
         body = f"{prompt}{line}\n{_noise(r, r.randint(1, 6))}\n{prompt}"
     elif context == "http":
-        body = (f"{prompt}curl -sv https://{r.choice(HOSTS)}/api/{r.choice(WORDS)}\n> GET /api/{r.choice(WORDS)} HTTP/1.1\n"
-                f"> Host: {r.choice(HOSTS)}\n> User-Agent: curl/8.5.0\n{line}\n> Accept: */*\n>\n< HTTP/1.1 200 OK\n"
-                f"< Content-Type: application/json\n<\n{_noise(r, 2)}")  # fmt: skip
+        body = (
+            f"{prompt}curl -sv https://{r.choice(HOSTS)}/api/{r.choice(WORDS)}\n> GET /api/{r.choice(WORDS)} HTTP/1.1\n"
+            f"> Host: {r.choice(HOSTS)}\n> User-Agent: curl/8.5.0\n{line}\n> Accept: */*\n>\n< HTTP/1.1 200 OK\n"
+            f"< Content-Type: application/json\n<\n{_noise(r, 2)}"
+        )
     else:
         body = f"{prompt}cat {name}\n{_noise(r, r.randint(0, 4))}\n{line}\n{_noise(r, r.randint(0, 4))}"
     if style == "terminal":
@@ -386,10 +505,20 @@ def test_every_planted_secret_passes_the_row_prefilter(corpus):
     from schemas import Action, Observation, Provenance, Transition
     from schemas.arrow import to_record_batch
 
-    rows = [Transition.create(trajectory_id=f"t{i}", step=0, domain="terminal", env_id="bash", task_id="task",
-                              state=Observation.make("$ ", "terminal"), action=Action.make("run", command="ls"),
-                              next_state=Observation.make(p.text, "terminal"), provenance=Provenance(run_id="r"))
-            for i, p in enumerate(corpus)]  # fmt: skip
+    rows = [
+        Transition.create(
+            trajectory_id=f"t{i}",
+            step=0,
+            domain="terminal",
+            env_id="bash",
+            task_id="task",
+            state=Observation.make("$ ", "terminal"),
+            action=Action.make("run", command="ls"),
+            next_state=Observation.make(p.text, "terminal"),
+            provenance=Provenance(run_id="r"),
+        )
+        for i, p in enumerate(corpus)
+    ]
     assert all(secret_rows(to_record_batch(rows), KINDS))
     clean = [
         row.evolve(next_state=Observation.make(line, "terminal"))
@@ -444,10 +573,18 @@ def test_a_secret_seen_in_the_command_is_scrubbed_from_the_output_too():
     from schemas import Action, Observation, Provenance, Transition, transition_problems
 
     token = "ghp_" + "Zx9" * 12
-    t = Transition.create(trajectory_id="t", step=0, domain="terminal", env_id="bash", task_id="task",
-                          state=Observation.make("$ ", "terminal"), action=Action.make("run", command=f"export GH={token}"),
-                          next_state=Observation.make(f"$ echo $GH\n{token}\n", "terminal"), provenance=Provenance(run_id="r"),
-                          instruction="configure git")  # fmt: skip
+    t = Transition.create(
+        trajectory_id="t",
+        step=0,
+        domain="terminal",
+        env_id="bash",
+        task_id="task",
+        state=Observation.make("$ ", "terminal"),
+        action=Action.make("run", command=f"export GH={token}"),
+        next_state=Observation.make(f"$ echo $GH\n{token}\n", "terminal"),
+        provenance=Provenance(run_id="r"),
+        instruction="configure git",
+    )
     clean, counts = scrub_transition(t, KINDS)
     assert token not in clean.next_state.text and token not in clean.action.canonical and token not in clean.action.raw
     assert counts == {"github_token": 2} and transition_problems(clean) == []
@@ -491,9 +628,17 @@ def test_what_the_agent_types_at_a_password_prompt_is_scrubbed(prompt, action):
     from schemas import Action, Observation, Provenance, Transition, transition_problems
     from schemas.arrow import to_record_batch
 
-    t = Transition.create(trajectory_id="t", step=3, domain="terminal", env_id="bash", task_id="task",
-                          state=Observation.make(prompt, "terminal"), action=Action.make(**action),
-                          next_state=Observation.make("\nok\n$ ", "terminal"), provenance=Provenance(run_id="r"))  # fmt: skip
+    t = Transition.create(
+        trajectory_id="t",
+        step=3,
+        domain="terminal",
+        env_id="bash",
+        task_id="task",
+        state=Observation.make(prompt, "terminal"),
+        action=Action.make(**action),
+        next_state=Observation.make("\nok\n$ ", "terminal"),
+        provenance=Provenance(run_id="r"),
+    )
     clean, counts = scrub_transition(t, KINDS)
     assert "Tr0ub4dor&3" not in clean.action.canonical + clean.action.raw and counts == {"typed_password": 1}
     assert transition_problems(clean) == [] and clean.action.args.keys() == t.action.args.keys()

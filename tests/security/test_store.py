@@ -354,8 +354,14 @@ def test_object_store_paths_are_confined_by_their_text():
     run_dir = "bucket/store/raw/os/r1"
     assert sfs.confine(run_dir, "part-00000.arrow") == f"{run_dir}/part-00000.arrow"
     assert sfs.confine(sfs.root, "raw/os/r1") == run_dir
-    for name in ("../r2/part-00000.arrow", "../../../../other/raw/os/r/part-00000.arrow", "/bucket/x.arrow",
-                 "a/../../x.arrow", "..", "part-00000.arrow/../../x"):  # fmt: skip
+    for name in (
+        "../r2/part-00000.arrow",
+        "../../../../other/raw/os/r/part-00000.arrow",
+        "/bucket/x.arrow",
+        "a/../../x.arrow",
+        "..",
+        "part-00000.arrow/../../x",
+    ):
         with pytest.raises(StoreError, match="lies outside"):
             sfs.confine(run_dir, name)
 

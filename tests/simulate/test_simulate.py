@@ -101,19 +101,37 @@ def test_a_malformed_prediction_is_retried_at_the_retry_temperature_then_a_simul
 
 def write_job(tmp_path: Path, name: str, tasks: list[dict], **over) -> Path:
     (tmp_path / f"{name}-tasks.yaml").write_text(yaml.safe_dump({"tasks": tasks}))
-    body = {"job_id": name, "tasks": [f"{name}-tasks.yaml"], "workers": 0, "retries": 0, "max_steps": 5,
-            "sandbox": {"backend": "local", "memory_mb": 512}, **over}  # fmt: skip
+    body = {
+        "job_id": name,
+        "tasks": [f"{name}-tasks.yaml"],
+        "workers": 0,
+        "retries": 0,
+        "max_steps": 5,
+        "sandbox": {"backend": "local", "memory_mb": 512},
+        **over,
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(body))
     return path
 
 
 TERMINAL_TASKS = [
-    {"id": "sim/echo-ok", "domain": "terminal", "env_id": "bash", "instruction": "say ok twice",
-     "actions": [ACTIONS["terminal"]] * 2},
-    {"id": "sim/echo-other", "domain": "terminal", "env_id": "bash", "instruction": "say other",
-     "files": {"/work/a.txt": "a\n"}, "actions": [{"action": "run", "command": "echo other"}]},
-]  # fmt: skip
+    {
+        "id": "sim/echo-ok",
+        "domain": "terminal",
+        "env_id": "bash",
+        "instruction": "say ok twice",
+        "actions": [ACTIONS["terminal"]] * 2,
+    },
+    {
+        "id": "sim/echo-other",
+        "domain": "terminal",
+        "env_id": "bash",
+        "instruction": "say other",
+        "files": {"/work/a.txt": "a\n"},
+        "actions": [{"action": "run", "command": "echo other"}],
+    },
+]
 
 
 def transitions_of(store: Path) -> list:
@@ -171,14 +189,23 @@ def test_bad_sim_sections_are_one_line_errors(tmp_path):
 
 def test_identical_real_and_simulated_outputs_score_one():
     real = [Observation.make(OK, "terminal"), Observation.make('{"a": [1, 2], "b": "x"}', "text")]
-    same = EpisodeSides("mcp", "t", real=real, real_ms=[1.0, 2.0], sim=[o.text for o in real], sim_ms=[3.0, 4.0],
-                        sim_tokens=[(10, 3), (12, 4)])  # fmt: skip
+    same = EpisodeSides(
+        "mcp", "t", real=real, real_ms=[1.0, 2.0], sim=[o.text for o in real], sim_ms=[3.0, 4.0], sim_tokens=[(10, 3), (12, 4)]
+    )
     rep = report_of("m", "j", [same])
     assert [(r["exact"], r["chrf"]) for r in rep.steps] == [(1.0, 1.0), (1.0, 1.0)]
     assert "json_f1" not in rep.steps[0] and rep.steps[1]["json_f1"] == 1.0
     assert rep.domains["mcp"] == {"episodes": 1, "diverged": 0, "sim_errors": 0, "median_first_divergence": None}
-    off = EpisodeSides("mcp", "u", real=real, real_ms=[1.0, 2.0], sim=[OK, None], sim_ms=[3.0], sim_tokens=[(10, 3)],
-                       error="SimulationError: ...")  # fmt: skip
+    off = EpisodeSides(
+        "mcp",
+        "u",
+        real=real,
+        real_ms=[1.0, 2.0],
+        sim=[OK, None],
+        sim_ms=[3.0],
+        sim_tokens=[(10, 3)],
+        error="SimulationError: ...",
+    )
     rep = report_of("m", "j", [off])
     assert rep.steps[1]["exact"] == 0.0 and rep.steps[1]["json_f1"] == 0.0 and "sim_ms" not in rep.steps[1]
     assert rep.domains["mcp"]["median_first_divergence"] == 1.0 and rep.domains["mcp"]["sim_errors"] == 1
@@ -204,16 +231,25 @@ def test_sim_compare_runs_real_and_simulated_episodes_and_prints_the_table(plant
 
 
 def test_the_openai_backend_against_a_real_sim_serve(planted, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "trajforge", "sim", "serve", "--model", planted, "--port", "0",
-                             "--name", "tiny-wm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trajforge", "sim", "serve", "--model", planted, "--port", "0", "--name", "tiny-wm"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 240)  # the model loads, then one line says where it listens
         line = proc.stdout.readline() if ready else ""
         assert line.startswith("serving tiny-wm at http://127.0.0.1:"), line + proc.stderr.read()
         url = line.split(" at ")[1].strip()
         remote = OpenAIBackend(url, "tiny-wm", tokenizer=str(Path(planted) / "tokenizer.json"))
-        env = SimEnv("terminal", SimSection(model="tiny-wm", base_url=url, max_new_tokens=16), "default",
-                     initial=lambda task, seed: START, backend=Recording(remote))  # fmt: skip
+        env = SimEnv(
+            "terminal",
+            SimSection(model="tiny-wm", base_url=url, max_new_tokens=16),
+            "default",
+            initial=lambda task, seed: START,
+            backend=Recording(remote),
+        )
         local = sim("terminal", planted)
         for e in (env, local):
             e.reset(seed=0, task=task())
@@ -250,8 +286,10 @@ def test_release_mixture_excludes_simulated_trajectories_by_default(tmp_path):
     store = tmp_path / "s"
     gen = Synthesizer(1, **SMALL)
     real = list(gen.transitions(200))
-    fake = [t.evolve(trajectory_id="sim-" + t.trajectory_id, provenance=Provenance(run_id="sim", simulated=True))
-            for t in Synthesizer(2, **SMALL).transitions(200)]  # fmt: skip
+    fake = [
+        t.evolve(trajectory_id="sim-" + t.trajectory_id, provenance=Provenance(run_id="sim", simulated=True))
+        for t in Synthesizer(2, **SMALL).transitions(200)
+    ]
     with StoreWriter(str(store), gen.run_id) as w:
         w.write_many(real)
     with StoreWriter(str(store), "sim") as w:
@@ -304,8 +342,11 @@ def test_the_shipped_sim_job_runs_with_a_model_in_place_of_the_demo_one(planted,
     body = yaml.safe_load(Path("examples/jobs/terminal-swe-sim.yaml").read_text())
     assert body["backend"] == "sim" and body["sim"]["model"] == "../../demo-store/runs/tiny-sft"
     root = Path("examples/jobs").resolve()
-    body |= {"tasks": [str((root / t).resolve()) for t in body["tasks"]], "domains": ["terminal"],
-             "sim": body["sim"] | {"model": planted, "max_new_tokens": 16}}  # fmt: skip
+    body |= {
+        "tasks": [str((root / t).resolve()) for t in body["tasks"]],
+        "domains": ["terminal"],
+        "sim": body["sim"] | {"model": planted, "max_new_tokens": 16},
+    }
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(body))
     job, tasks = load_job(path)

@@ -87,10 +87,17 @@ def test_rule_score_ranks_exact_over_near_over_wrong():
 def _call(reward, completions, gold, fmt="text", domain="terminal"):
     logged = {}
     n = len(completions)
-    out = asyncio.run(reward(prompts=[[{"role": "user", "content": "ls"}]] * n,
-                             completions=[[{"role": "assistant", "content": c}] for c in completions],
-                             ground_truth=[gold] * n, format=[fmt] * n, domain=[domain] * n, volatile_spans=[[]] * n,
-                             log_metric=lambda k, v: logged.__setitem__(k, v)))  # fmt: skip
+    out = asyncio.run(
+        reward(
+            prompts=[[{"role": "user", "content": "ls"}]] * n,
+            completions=[[{"role": "assistant", "content": c}] for c in completions],
+            ground_truth=[gold] * n,
+            format=[fmt] * n,
+            domain=[domain] * n,
+            volatile_spans=[[]] * n,
+            log_metric=lambda k, v: logged.__setitem__(k, v),
+        )
+    )
     return out, logged
 
 
@@ -116,8 +123,9 @@ def test_reward_gate_rule_and_judge_combination():
 def test_judge_failures_are_counted_and_never_stop_the_reward():
     server = ChatServer([{"content": "I refuse to give JSON"}] * 10)
     try:
-        cfg = RL.model_validate({"weights": {"rule": 1.0, "judge": 3.0},
-                                 "judge": {"base_url": server.url, "model": "j", "retries": 1}})  # fmt: skip
+        cfg = RL.model_validate(
+            {"weights": {"rule": 1.0, "judge": 3.0}, "judge": {"base_url": server.url, "model": "j", "retries": 1}}
+        )
         reward = make_reward(cfg)
         gold = "x\n[exit 0] /$"
         out, logged = _call(reward, [wrap(gold), wrap("y\n[exit 1] /$")], gold)
@@ -126,8 +134,9 @@ def test_judge_failures_are_counted_and_never_stop_the_reward():
         assert "reward/rule_judge_gap" not in logged
     finally:
         server.close()
-    dead = make_reward(RL.model_validate({"weights": {"judge": 1.0}, "judge": {"base_url": "http://127.0.0.1:9/v1",
-                                                                               "model": "j", "retries": 0}}))  # fmt: skip
+    dead = make_reward(
+        RL.model_validate({"weights": {"judge": 1.0}, "judge": {"base_url": "http://127.0.0.1:9/v1", "model": "j", "retries": 0}})
+    )
     out, logged = _call(dead, [wrap("x\n[exit 0] /$")], "x\n[exit 0] /$")
     assert out == [pytest.approx(1.0)] and logged["reward/judge_failures"] == 1.0
 

@@ -27,8 +27,14 @@ from training.config import TrainConfig, load_train_config
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "training"
-TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 8}  # fmt: skip
+TINY = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +51,13 @@ def release(tmp_path_factory):
 
 
 def config(path: Path, stage: str, **over) -> str:
-    body = {"stage": stage, "model": {"init": TINY}, "release": "wm/1", "max_length": 512,
-            "train": {"max_steps": 6, "learning_rate": 3e-3, "per_device_batch_size": 2, "save_steps": 2,
-                      "logging_steps": 1}}  # fmt: skip
+    body = {
+        "stage": stage,
+        "model": {"init": TINY},
+        "release": "wm/1",
+        "max_length": 512,
+        "train": {"max_steps": 6, "learning_rate": 3e-3, "per_device_batch_size": 2, "save_steps": 2, "logging_steps": 1},
+    }
     for k, v in over.items():
         body[k] = {**body[k], **v} if isinstance(v, dict) and isinstance(body.get(k), dict) else v
     path.write_text(yaml.safe_dump(body))
@@ -64,8 +74,14 @@ def test_examples_run_cpt_sft_rl_then_eval(release, tmp_path):
     work.mkdir()
 
     def run(*a):
-        return subprocess.run([sys.executable, "-m", "trajforge", *a], capture_output=True, text=True, cwd=work,
-                              env={**os.environ, "PYTHONPATH": str(EXAMPLES.parents[1])}, timeout=600)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "trajforge", *a],
+            capture_output=True,
+            text=True,
+            cwd=work,
+            env={**os.environ, "PYTHONPATH": str(EXAMPLES.parents[1])},
+            timeout=600,
+        )
 
     for stage in ("cpt", "sft", "rl"):
         proc = run("train", stage, str(EXAMPLES / f"tiny-{stage}.yaml"), "--store", release, "--release", "wm/1")
@@ -86,9 +102,26 @@ def test_examples_run_cpt_sft_rl_then_eval(release, tmp_path):
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(out["rl"]).config.model_type == "qwen3"
-    proc = run("train", "eval", "--model", str(out["sft"]), "--store", release, "--release", "wm/1", "--max-samples", "2",
-               "--max-new-tokens", "16", "--rollout-steps", "2", "--rollouts", "1",
-               "--out", str(tmp_path / "eval.json"))  # fmt: skip
+    proc = run(
+        "train",
+        "eval",
+        "--model",
+        str(out["sft"]),
+        "--store",
+        release,
+        "--release",
+        "wm/1",
+        "--max-samples",
+        "2",
+        "--max-new-tokens",
+        "16",
+        "--rollout-steps",
+        "2",
+        "--rollouts",
+        "1",
+        "--out",
+        str(tmp_path / "eval.json"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| domain | samples | format_ok | exact | chrf | rouge_l |" in proc.stdout
     result = json.loads((tmp_path / "eval.json").read_text())
@@ -135,8 +168,12 @@ def test_resume_after_kill_continues_the_same_run(release, tmp_path):
     ref = tmp_path / "ref"
     cli("train", "cpt", cfg, "--store", release, "--output", str(ref))
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "trajforge", "train", "cpt", cfg, "--store", release, "--output", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trajforge", "train", "cpt", cfg, "--store", release, "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 240
     from training.train import last_checkpoint
 
@@ -200,19 +237,25 @@ def test_bad_input_fails_before_training(release, tmp_path):
     manifest.write_text(json.dumps(body))
     cases = [
         (config(tmp_path / "a.yaml", "rl"), ["--store", str(copy)], "release has no 'rl' stage (stages: cpt, sft)"),
-        (config(tmp_path / "b.yaml", "cpt", model={"init": None, "path": str(tmp_path)}), ["--store", release],
-         "model.path: "),
+        (config(tmp_path / "b.yaml", "cpt", model={"init": None, "path": str(tmp_path)}), ["--store", release], "model.path: "),
         (config(tmp_path / "c.yaml", "cpt", epochs=3), ["--store", release], "epochs: unknown key"),
         (config(tmp_path / "d.yaml", "cpt"), ["--store", release, "--release", "nope/1"], "not a release"),
         (config(tmp_path / "e.yaml", "cpt", tokenizer=str(tmp_path / "none.json")), ["--store", release], "tokenizer: "),
-        (config(tmp_path / "f.yaml", "cpt", train={"save_steps": 3, "logging_steps": 2}), ["--store", release],
-         "must be a multiple of logging_steps"),
-        (config(tmp_path / "h.yaml", "cpt"), ["--store", release, "--model", str(tmp_path / "no-ckpt")],
-         f"model.path: {tmp_path / 'no-ckpt'}: cannot load"),  # --model wins over the config's model.init
-    ]  # fmt: skip
+        (
+            config(tmp_path / "f.yaml", "cpt", train={"save_steps": 3, "logging_steps": 2}),
+            ["--store", release],
+            "must be a multiple of logging_steps",
+        ),
+        (
+            config(tmp_path / "h.yaml", "cpt"),
+            ["--store", release, "--model", str(tmp_path / "no-ckpt")],
+            f"model.path: {tmp_path / 'no-ckpt'}: cannot load",
+        ),  # --model wins over the config's model.init
+    ]
     for path, flags, message in cases:
-        proc = cli("train", yaml.safe_load(Path(path).read_text())["stage"], path, *flags, "--output",
-                   str(tmp_path / "out"), check=False)  # fmt: skip
+        proc = cli(
+            "train", yaml.safe_load(Path(path).read_text())["stage"], path, *flags, "--output", str(tmp_path / "out"), check=False
+        )
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert message in proc.stderr and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -242,10 +285,10 @@ def test_streaming_reads_the_release_as_an_iterable(release, tmp_path):
 
 def test_gpu_check_script_runs_its_plumbing_on_the_cpu(tmp_path):
     """training/gpu_check.sh is meant for a CUDA GPU; SIZE=tiny runs every step of it here."""
-    env = {**os.environ, "SIZE": "tiny", "STEPS": "2", "TRANSITIONS": "1500", "WORK": str(tmp_path / "g"),
-           "PY": sys.executable}  # fmt: skip
-    proc = subprocess.run(["bash", str(EXAMPLES.parents[1] / "training" / "gpu_check.sh")], capture_output=True, text=True,
-                          env=env, timeout=900)  # fmt: skip
+    env = {**os.environ, "SIZE": "tiny", "STEPS": "2", "TRANSITIONS": "1500", "WORK": str(tmp_path / "g"), "PY": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(EXAMPLES.parents[1] / "training" / "gpu_check.sh")], capture_output=True, text=True, env=env, timeout=900
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "| cpt |" in proc.stdout and "| sft |" in proc.stdout and "MFU" in proc.stdout
     assert "world-model fidelity" in proc.stdout and "gpu_check: done" in proc.stdout

@@ -25,9 +25,14 @@ class Simulator:
 
     @classmethod
     def start(cls, adb_port: int, port: int = 0, timeout: float = 15.0) -> Simulator:
-        proc = subprocess.Popen([sys.executable, "-m", "collectors.android.sim", "--port", str(port), "--exit-with-stdin"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collectors.android.sim", "--port", str(port), "--exit-with-stdin"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
+        )
         line = proc.stdout.readline()  # "listening 127.0.0.1:PORT"
         if not line.startswith("listening "):
             proc.kill()

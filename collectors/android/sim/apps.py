@@ -21,8 +21,12 @@ APPS = {  # package: (label, launcher activity, editor activity)
     "com.android.contacts": ("Contacts", ".activities.PeopleActivity", ".activities.ContactEditorActivity"),
     "org.trajforge.notes": ("Notes", ".MainActivity", ".EditActivity"),
 }
-SWITCHES = [("Wi-Fi", "global", "wifi_on", "1", "0"), ("Airplane mode", "global", "airplane_mode_on", "1", "0"),
-            ("Bluetooth", "global", "bluetooth_on", "1", "0"), ("Dark theme", "secure", "ui_night_mode", "2", "1")]  # fmt: skip
+SWITCHES = [
+    ("Wi-Fi", "global", "wifi_on", "1", "0"),
+    ("Airplane mode", "global", "airplane_mode_on", "1", "0"),
+    ("Bluetooth", "global", "bluetooth_on", "1", "0"),
+    ("Dark theme", "secure", "ui_night_mode", "2", "1"),
+]
 NOTES_DIR = "/sdcard/Notes/"
 
 
@@ -50,8 +54,18 @@ def title(text: str) -> Widget:
 
 def editor(phone: Any, pkg: str, fields: list[tuple[str, str]], save: Any) -> list[Widget]:
     ui = phone.ui[pkg]
-    out = [Widget("android.widget.EditText", row(i), ui.get(name, ""), f"{pkg}:id/{name}", label, key=name,
-                  tap=lambda p, n=name: p.ui[pkg].update(focus=n)) for i, (name, label) in enumerate(fields)]  # fmt: skip
+    out = [
+        Widget(
+            "android.widget.EditText",
+            row(i),
+            ui.get(name, ""),
+            f"{pkg}:id/{name}",
+            label,
+            key=name,
+            tap=lambda p, n=name: p.ui[pkg].update(focus=n),
+        )
+        for i, (name, label) in enumerate(fields)
+    ]
     out.append(Widget("android.widget.Button", (720, 2200, 1032, 2340), "Save", f"{pkg}:id/save", tap=save))
     return out
 
@@ -59,16 +73,31 @@ def editor(phone: Any, pkg: str, fields: list[tuple[str, str]], save: Any) -> li
 def listing(phone: Any, pkg: str, items: list[str], rid: str, open_item: Any) -> Widget:
     offset = phone.ui[pkg].get("offset", 0)
     shown = items[offset : offset + VISIBLE]
-    rows = [Widget("android.widget.TextView", row(i), text, f"{pkg}:id/{rid}", tap=lambda p, n=offset + i: open_item(p, n))
-            for i, text in enumerate(shown)]  # fmt: skip
-    return Widget("androidx.recyclerview.widget.RecyclerView", (0, TOP, W, TOP + VISIBLE * ROW), rid=f"{pkg}:id/list",
-                  scrollable=len(items) > VISIBLE, children=rows)  # fmt: skip
+    rows = [
+        Widget("android.widget.TextView", row(i), text, f"{pkg}:id/{rid}", tap=lambda p, n=offset + i: open_item(p, n))
+        for i, text in enumerate(shown)
+    ]
+    return Widget(
+        "androidx.recyclerview.widget.RecyclerView",
+        (0, TOP, W, TOP + VISIBLE * ROW),
+        rid=f"{pkg}:id/list",
+        scrollable=len(items) > VISIBLE,
+        children=rows,
+    )
 
 
 def home(phone: Any) -> list[Widget]:
-    icons = [Widget("android.widget.TextView", (40 + i * 260, 1800, 280 + i * 260, 2040), label, f"{LAUNCHER}:id/icon",
-                    label, tap=lambda p, pkg=pkg: p.launch(pkg))
-             for i, (pkg, (label, *_)) in enumerate(APPS.items())]  # fmt: skip
+    icons = [
+        Widget(
+            "android.widget.TextView",
+            (40 + i * 260, 1800, 280 + i * 260, 2040),
+            label,
+            f"{LAUNCHER}:id/icon",
+            label,
+            tap=lambda p, pkg=pkg: p.launch(pkg),
+        )
+        for i, (pkg, (label, *_)) in enumerate(APPS.items())
+    ]
     return [Widget("android.widget.TextView", (40, 300, 1040, 420), "Tuesday, December 1", f"{LAUNCHER}:id/clock"), *icons]
 
 
@@ -81,10 +110,23 @@ def settings(phone: Any) -> list[Widget]:
             p.settings[ns][key] = value
 
         x0, y0, _, y1 = row(i)
-        out.append(Widget("android.widget.LinearLayout", row(i), tap=toggle, children=[
-            Widget("android.widget.TextView", (x0 + 48, y0 + 40, 800, y1 - 40), label, "android:id/title"),
-            Widget("android.widget.Switch", (880, y0 + 40, 1032, y1 - 40), "ON" if checked else "OFF",
-                   "android:id/switch_widget", checked=checked)]))  # fmt: skip
+        out.append(
+            Widget(
+                "android.widget.LinearLayout",
+                row(i),
+                tap=toggle,
+                children=[
+                    Widget("android.widget.TextView", (x0 + 48, y0 + 40, 800, y1 - 40), label, "android:id/title"),
+                    Widget(
+                        "android.widget.Switch",
+                        (880, y0 + 40, 1032, y1 - 40),
+                        "ON" if checked else "OFF",
+                        "android:id/switch_widget",
+                        checked=checked,
+                    ),
+                ],
+            )
+        )
     return out
 
 
@@ -100,8 +142,10 @@ def contacts(phone: Any) -> list[Widget]:
                 p.contacts.append((ui["name"], ui.get("phone", "")))
             p.ui[pkg] = {}
 
-        return [title("Edit contact" if ui.get("editing") is not None else "Create contact"),
-                *editor(phone, pkg, [("name", "Name"), ("phone", "Phone")], save)]  # fmt: skip
+        return [
+            title("Edit contact" if ui.get("editing") is not None else "Create contact"),
+            *editor(phone, pkg, [("name", "Name"), ("phone", "Phone")], save),
+        ]
 
     def open_contact(p: Any, n: int) -> None:
         p.ui[pkg] = {"screen": "edit", "editing": n, "name": people[n][0], "phone": people[n][1]}
@@ -109,8 +153,13 @@ def contacts(phone: Any) -> list[Widget]:
     def create(p: Any) -> None:
         p.ui[pkg] = {"screen": "edit", "editing": None}
 
-    fab = Widget("android.widget.ImageButton", (840, 2160, 1032, 2352), rid=f"{pkg}:id/floating_action_button",
-                 desc="Create contact", tap=create)  # fmt: skip
+    fab = Widget(
+        "android.widget.ImageButton",
+        (840, 2160, 1032, 2352),
+        rid=f"{pkg}:id/floating_action_button",
+        desc="Create contact",
+        tap=create,
+    )
     return [title("Contacts"), listing(phone, pkg, [name for name, _ in people], "cliv_name_textview", open_contact), fab]
 
 

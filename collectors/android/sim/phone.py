@@ -26,8 +26,11 @@ NOT_FOUND = "/system/bin/sh: {}: inaccessible or not found\n"
 class Phone:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
-        self.settings = {"global": {"wifi_on": "1", "airplane_mode_on": "0", "bluetooth_on": "1"},
-                         "secure": {"ui_night_mode": "1"}, "system": {}}  # fmt: skip
+        self.settings = {
+            "global": {"wifi_on": "1", "airplane_mode_on": "0", "bluetooth_on": "1"},
+            "secure": {"ui_night_mode": "1"},
+            "system": {},
+        }
         self.contacts: list[tuple[str, str]] = [("Ada Lovelace", "555-0101"), ("Alan Turing", "555-0102")]
         self.props = {"ro.product.model": "TrajforgeSim", "ro.build.version.release": "14", "debug.sim.dump_fail": "0"}
         self.ui: dict[str, dict[str, Any]] = {pkg: {} for pkg in [LAUNCHER, *APPS]}
@@ -48,12 +51,25 @@ class Phone:
 
         def node(w: Widget, i: int) -> str:
             x0, y0, x1, y1 = w.bounds
-            attrs = {"index": i, "text": w.text, "resource-id": w.rid, "class": w.cls, "package": self.package,
-                     "content-desc": w.desc, "checkable": w.checked is not None, "checked": bool(w.checked),
-                     "clickable": w.tap is not None, "enabled": True, "focusable": w.tap is not None or w.key is not None,
-                     "focused": w.key is not None and self.ui[self.package].get("focus") == w.key,
-                     "scrollable": w.scrollable, "long-clickable": False, "password": False, "selected": False,
-                     "bounds": f"[{x0},{y0}][{x1},{y1}]"}  # fmt: skip
+            attrs = {
+                "index": i,
+                "text": w.text,
+                "resource-id": w.rid,
+                "class": w.cls,
+                "package": self.package,
+                "content-desc": w.desc,
+                "checkable": w.checked is not None,
+                "checked": bool(w.checked),
+                "clickable": w.tap is not None,
+                "enabled": True,
+                "focusable": w.tap is not None or w.key is not None,
+                "focused": w.key is not None and self.ui[self.package].get("focus") == w.key,
+                "scrollable": w.scrollable,
+                "long-clickable": False,
+                "password": False,
+                "selected": False,
+                "bounds": f"[{x0},{y0}][{x1},{y1}]",
+            }
             text = " ".join(f"{k}={quoteattr(str(v).lower() if isinstance(v, bool) else str(v))}" for k, v in attrs.items())
             next(index)
             inner = "".join(node(c, j) for j, c in enumerate(w.children))
@@ -212,5 +228,9 @@ def png(w: int, h: int, shade: int) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     raw = b"".join(b"\0" + bytes([shade]) * w for _ in range(h))
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)) + chunk(
-        b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")  # fmt: skip
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )

@@ -14,9 +14,14 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from collectors.mcp.stubs import Clock, serve
 
-PRODUCTS = [("p1", "USB-C cable", "electronics", "9.99"), ("p2", "Mechanical keyboard", "electronics", "89.00"),
-            ("p3", "Coffee beans 1kg", "grocery", "21.50"), ("p4", "Desk lamp", "home", "34.90"),
-            ("p5", "Notebook A5", "office", "4.20"), ("p6", "Noise-cancelling headphones", "electronics", "199.00")]  # fmt: skip
+PRODUCTS = [
+    ("p1", "USB-C cable", "electronics", "9.99"),
+    ("p2", "Mechanical keyboard", "electronics", "89.00"),
+    ("p3", "Coffee beans 1kg", "grocery", "21.50"),
+    ("p4", "Desk lamp", "home", "34.90"),
+    ("p5", "Notebook A5", "office", "4.20"),
+    ("p6", "Noise-cancelling headphones", "electronics", "199.00"),
+]
 
 
 def build(seed: int) -> MCPServer:
@@ -59,8 +64,16 @@ def build(seed: int) -> MCPServer:
             raise ToolError(f"insufficient funds: {from_account} has {source:.2f}, needs {value:.2f}")
         accounts[from_account] -= value
         accounts[to_account] += value
-        history.append({"id": f"t{len(history) + 1}", "date": clock.tick(), "from": from_account, "to": to_account,
-                        "amount": f"{value:.2f}", "memo": memo})  # fmt: skip
+        history.append(
+            {
+                "id": f"t{len(history) + 1}",
+                "date": clock.tick(),
+                "from": from_account,
+                "to": to_account,
+                "amount": f"{value:.2f}",
+                "memo": memo,
+            }
+        )
         return {**history[-1], "balance_after": f"{accounts[from_account]:.2f}"}
 
     @server.tool()
@@ -75,8 +88,11 @@ def build(seed: int) -> MCPServer:
         known = sorted({p["category"] for p in catalogue.values()})
         if category is not None and category not in known:
             raise ToolError(f"unknown category '{category}' (categories: {', '.join(known)})")
-        return [{**{k: str(v) for k, v in p.items()}, "in_stock": stock[p["id"]]} for p in catalogue.values()
-                if category in (None, p["category"])]  # fmt: skip
+        return [
+            {**{k: str(v) for k, v in p.items()}, "in_stock": stock[p["id"]]}
+            for p in catalogue.values()
+            if category in (None, p["category"])
+        ]
 
     @server.tool()
     def add_to_cart(product_id: str, quantity: int = 1) -> dict:
@@ -93,8 +109,10 @@ def build(seed: int) -> MCPServer:
     @server.tool()
     def view_cart() -> dict:
         """The cart's lines and total."""
-        lines = [{"product_id": p, "name": catalogue[p]["name"], "quantity": q, "subtotal": f"{catalogue[p]['price'] * q:.2f}"}
-                 for p, q in sorted(cart.items())]  # fmt: skip
+        lines = [
+            {"product_id": p, "name": catalogue[p]["name"], "quantity": q, "subtotal": f"{catalogue[p]['price'] * q:.2f}"}
+            for p, q in sorted(cart.items())
+        ]
         return {"lines": lines, "total": f"{sum(catalogue[p]['price'] * q for p, q in cart.items()):.2f}"}
 
     @server.tool()
@@ -109,8 +127,16 @@ def build(seed: int) -> MCPServer:
         for p, q in cart.items():
             stock[p] -= q
         order = {"order_id": f"o{len(history) + 1}", "total": f"{total:.2f}", "items": sum(cart.values()), "date": clock.tick()}
-        history.append({"id": order["order_id"], "date": order["date"], "from": pay_from, "to": "shop",
-                        "amount": order["total"], "memo": "shop order"})  # fmt: skip
+        history.append(
+            {
+                "id": order["order_id"],
+                "date": order["date"],
+                "from": pay_from,
+                "to": "shop",
+                "amount": order["total"],
+                "memo": "shop order",
+            }
+        )
         cart.clear()
         return order
 

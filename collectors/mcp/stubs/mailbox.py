@@ -15,10 +15,24 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from collectors.mcp.stubs import DOMAIN, NAMES, Clock, serve
 
-SUBJECTS = ["Quarterly report draft", "Lunch on Friday?", "Server migration plan", "Budget review", "Offsite agenda",
-            "Hiring committee notes", "Invoice #{n} overdue", "Design doc feedback", "On-call handover"]  # fmt: skip
-BODIES = ["Could you take a look before our meeting?", "Let me know what works for you.", "Attached are my notes.",
-          "Please confirm by end of day.", "I moved the deadline to next week."]  # fmt: skip
+SUBJECTS = [
+    "Quarterly report draft",
+    "Lunch on Friday?",
+    "Server migration plan",
+    "Budget review",
+    "Offsite agenda",
+    "Hiring committee notes",
+    "Invoice #{n} overdue",
+    "Design doc feedback",
+    "On-call handover",
+]
+BODIES = [
+    "Could you take a look before our meeting?",
+    "Let me know what works for you.",
+    "Attached are my notes.",
+    "Please confirm by end of day.",
+    "I moved the deadline to next week.",
+]
 EMAIL = re.compile(r"^[a-z0-9._-]+@[a-z0-9.-]+\.[a-z]{2,}$")
 
 
@@ -30,16 +44,28 @@ def build(seed: int) -> MCPServer:
     emails: dict[str, dict] = {}
     for i in range(rng.randint(4, 7)):
         eid = f"m{i + 1}"
-        emails[eid] = {"id": eid, "folder": "inbox", "from": rng.choice(others), "to": [me], "unread": rng.random() < 0.6,
-                       "subject": rng.choice(SUBJECTS).format(n=rng.randint(100, 999)), "body": rng.choice(BODIES),
-                       "date": clock.tick(rng.randint(30, 300))}  # fmt: skip
+        emails[eid] = {
+            "id": eid,
+            "folder": "inbox",
+            "from": rng.choice(others),
+            "to": [me],
+            "unread": rng.random() < 0.6,
+            "subject": rng.choice(SUBJECTS).format(n=rng.randint(100, 999)),
+            "body": rng.choice(BODIES),
+            "date": clock.tick(rng.randint(30, 300)),
+        }
     day0 = clock.now.date() + timedelta(days=1)
     events: dict[str, dict] = {}
     for i in range(rng.randint(2, 4)):
         day = datetime.combine(day0 + timedelta(days=rng.randint(0, 2)), datetime.min.time())
         title = rng.choice(["Standup", "1:1", "Planning", "Design review"])
-        events[f"e{i + 1}"] = {"id": f"e{i + 1}", "title": title, "start": day + timedelta(hours=rng.randint(9, 16)),
-                               "minutes": rng.choice([15, 30, 60]), "attendees": [me, rng.choice(others)]}  # fmt: skip
+        events[f"e{i + 1}"] = {
+            "id": f"e{i + 1}",
+            "title": title,
+            "start": day + timedelta(hours=rng.randint(9, 16)),
+            "minutes": rng.choice([15, 30, 60]),
+            "attendees": [me, rng.choice(others)],
+        }
     counters = {"mail": len(emails), "event": len(events)}
     server = MCPServer("stub-mailbox", version="1.0", instructions=f"Mailbox and calendar of {me}.", log_level="WARNING")
 
@@ -82,13 +108,25 @@ def build(seed: int) -> MCPServer:
             raise ToolError("subject must not be empty")
         counters["mail"] += 1
         eid = f"m{counters['mail']}"
-        emails[eid] = {"id": eid, "folder": "sent", "from": me, "to": list(to), "subject": subject, "body": body,
-                       "date": clock.tick()}  # fmt: skip
+        emails[eid] = {
+            "id": eid,
+            "folder": "sent",
+            "from": me,
+            "to": list(to),
+            "subject": subject,
+            "body": body,
+            "date": clock.tick(),
+        }
         return {"id": eid, "status": "sent", "date": emails[eid]["date"]}
 
     def show(ev: dict) -> dict:
-        return {"id": ev["id"], "title": ev["title"], "start": ev["start"].strftime("%Y-%m-%d %H:%M"),
-                "minutes": ev["minutes"], "attendees": ev["attendees"]}  # fmt: skip
+        return {
+            "id": ev["id"],
+            "title": ev["title"],
+            "start": ev["start"].strftime("%Y-%m-%d %H:%M"),
+            "minutes": ev["minutes"],
+            "attendees": ev["attendees"],
+        }
 
     @server.tool()
     def list_events(date: str) -> list[dict]:

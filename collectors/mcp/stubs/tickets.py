@@ -13,10 +13,21 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from collectors.mcp.stubs import NAMES, Clock, serve
 
-TITLES = ["Login page times out", "Export to CSV drops rows", "Dark mode colours wrong", "Search ignores accents",
-          "Email digest sent twice", "Upload fails over 10 MB", "Typo on pricing page"]  # fmt: skip
-FLOW = {"open": {"in_progress", "closed"}, "in_progress": {"open", "resolved"}, "resolved": {"closed", "open"},
-        "closed": {"open"}}  # fmt: skip
+TITLES = [
+    "Login page times out",
+    "Export to CSV drops rows",
+    "Dark mode colours wrong",
+    "Search ignores accents",
+    "Email digest sent twice",
+    "Upload fails over 10 MB",
+    "Typo on pricing page",
+]
+FLOW = {
+    "open": {"in_progress", "closed"},
+    "in_progress": {"open", "resolved"},
+    "resolved": {"closed", "open"},
+    "closed": {"open"},
+}
 PRIORITIES = ("low", "medium", "high", "urgent")
 
 
@@ -27,9 +38,15 @@ def build(seed: int) -> MCPServer:
     tickets: dict[str, dict] = {}
     for i, title in enumerate(rng.sample(TITLES, rng.randint(3, 5))):
         tid = f"T-{101 + i}"
-        tickets[tid] = {"id": tid, "title": title, "status": rng.choice(["open", "open", "in_progress", "resolved"]),
-                        "priority": rng.choice(PRIORITIES), "assignee": rng.choice([None, *users]),
-                        "created": clock.tick(rng.randint(20, 600)), "comments": []}  # fmt: skip
+        tickets[tid] = {
+            "id": tid,
+            "title": title,
+            "status": rng.choice(["open", "open", "in_progress", "resolved"]),
+            "priority": rng.choice(PRIORITIES),
+            "assignee": rng.choice([None, *users]),
+            "created": clock.tick(rng.randint(20, 600)),
+            "comments": [],
+        }
     about = f"Issue tracker. Users: {', '.join(users)}."
     server = MCPServer("stub-tickets", version="1.0", instructions=about, log_level="WARNING")
 
@@ -61,8 +78,16 @@ def build(seed: int) -> MCPServer:
         if priority not in PRIORITIES:
             raise ToolError(f"invalid priority '{priority}' (priorities: {', '.join(PRIORITIES)})")
         tid = f"T-{101 + len(tickets)}"
-        tickets[tid] = {"id": tid, "title": title, "description": description, "status": "open", "priority": priority,
-                        "assignee": None, "created": clock.tick(), "comments": []}  # fmt: skip
+        tickets[tid] = {
+            "id": tid,
+            "title": title,
+            "description": description,
+            "status": "open",
+            "priority": priority,
+            "assignee": None,
+            "created": clock.tick(),
+            "comments": [],
+        }
         return brief(tickets[tid])
 
     @server.tool()

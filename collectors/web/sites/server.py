@@ -54,8 +54,10 @@ _STYLE = "body{font-family:sans-serif;max-width:720px;margin:1em auto} nav a{mar
 
 def _page(title: str, site: str, body: str, nav: list[tuple[str, str]]) -> bytes:
     links = "".join(f'<a href="{h}" data-bid="nav-{t.lower().replace(" ", "-")}">{html.escape(t)}</a>' for t, h in nav)
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_STYLE}</style>"
-            f"</head><body><nav aria-label=\"{site}\">{links}</nav><main>{body}</main></body></html>").encode()  # fmt: skip
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_STYLE}</style>"
+        f'</head><body><nav aria-label="{site}">{links}</nav><main>{body}</main></body></html>'
+    ).encode()
 
 
 class SiteState:
@@ -108,8 +110,10 @@ def _shop(h: Handler, path: str, q: dict[str, str]) -> bytes:
         items = "".join(
             f'<li><a href="/shop/product/{i}" data-bid="product-{i}">{html.escape(n)}</a> ${p:.2f}</li>' for i, n, p in rows
         )
-        form = (f'<form action="/shop/" method="get" role="search"><input name="q" type="search" aria-label="Search products" '
-                f'value="{html.escape(term)}" data-bid="search"><button data-bid="search-go">Search</button></form>')  # fmt: skip
+        form = (
+            f'<form action="/shop/" method="get" role="search"><input name="q" type="search" aria-label="Search products" '
+            f'value="{html.escape(term)}" data-bid="search"><button data-bid="search-go">Search</button></form>'
+        )
         found = f"<p>{len(rows)} products</p><ul>{items}</ul>" if rows else "<p>No products match.</p>"
         return _page("Shop", "shop", f"<h1>Shop</h1>{form}{found}", nav)
     if path.startswith("/shop/product/"):
@@ -117,14 +121,18 @@ def _shop(h: Handler, path: str, q: dict[str, str]) -> bytes:
         if not row:
             return h.not_found()
         i, n, p, d = row[0]
-        form = (f'<form action="/shop/cart/add" method="post"><input type="hidden" name="id" value="{i}">'
-                f'<label>Quantity <input name="qty" type="number" value="1" min="1" data-bid="qty"></label>'
-                f'<button data-bid="add-to-cart">Add to cart</button></form>')  # fmt: skip
+        form = (
+            f'<form action="/shop/cart/add" method="post"><input type="hidden" name="id" value="{i}">'
+            f'<label>Quantity <input name="qty" type="number" value="1" min="1" data-bid="qty"></label>'
+            f'<button data-bid="add-to-cart">Add to cart</button></form>'
+        )
         maker = '<p><a href="https://example.org/kettles" data-bid="maker">Maker\'s site</a></p>'  # outside: blocked
         return _page(n, "shop", f"<h1>{html.escape(n)}</h1><p>${p:.2f}</p><p>{html.escape(d)}</p>{form}{maker}", nav)
     if path == "/shop/cart/add" and h.command == "POST":
-        s.write("INSERT INTO cart VALUES (?, ?) ON CONFLICT(product_id) DO UPDATE SET qty = qty + excluded.qty",
-                (int(q["id"]), max(1, int(q.get("qty") or 1))))  # fmt: skip
+        s.write(
+            "INSERT INTO cart VALUES (?, ?) ON CONFLICT(product_id) DO UPDATE SET qty = qty + excluded.qty",
+            (int(q["id"]), max(1, int(q.get("qty") or 1))),
+        )
         return h.redirect("/shop/cart")
     if path == "/shop/cart":
         rows = s.query("SELECT p.name, c.qty, p.price * c.qty FROM cart c JOIN products p ON p.id = c.product_id ORDER BY p.id")
@@ -134,10 +142,12 @@ def _shop(h: Handler, path: str, q: dict[str, str]) -> bytes:
         )
         return _page("Cart", "shop", f"<h1>Cart</h1>{table}", nav)
     if path == "/shop/checkout" and h.command == "GET":
-        form = ('<form action="/shop/checkout" method="post"><label>Name <input name="name" data-bid="name"></label>'
-                '<label>Address <input name="address" data-bid="address"></label>'
-                '<label>Shipping <select name="shipping" data-bid="shipping"><option>standard</option><option>express</option>'
-                '</select></label><button data-bid="place-order">Place order</button></form>')  # fmt: skip
+        form = (
+            '<form action="/shop/checkout" method="post"><label>Name <input name="name" data-bid="name"></label>'
+            '<label>Address <input name="address" data-bid="address"></label>'
+            '<label>Shipping <select name="shipping" data-bid="shipping"><option>standard</option><option>express</option>'
+            '</select></label><button data-bid="place-order">Place order</button></form>'
+        )
         return _page("Checkout", "shop", f"<h1>Checkout</h1>{form}", nav)
     if path == "/shop/checkout" and h.command == "POST":
         rows = s.query("SELECT p.name, c.qty, p.price * c.qty FROM cart c JOIN products p ON p.id = c.product_id")
@@ -146,8 +156,10 @@ def _shop(h: Handler, path: str, q: dict[str, str]) -> bytes:
                 "Checkout", "shop", '<h1>Checkout</h1><p role="alert">Name, address and a full cart are needed.</p>', nav
             )
         items = ", ".join(f"{n} x{k}" for n, k, _ in rows)
-        oid = s.write("INSERT INTO orders (name, address, shipping, items, total) VALUES (?, ?, ?, ?, ?)",
-                      (q["name"], q["address"], q.get("shipping", "standard"), items, sum(t for *_, t in rows)))  # fmt: skip
+        oid = s.write(
+            "INSERT INTO orders (name, address, shipping, items, total) VALUES (?, ?, ?, ?, ?)",
+            (q["name"], q["address"], q.get("shipping", "standard"), items, sum(t for *_, t in rows)),
+        )
         s.write("DELETE FROM cart")
         return _page("Order placed", "shop", f"<h1>Thank you</h1><p>Order #{oid} placed: {html.escape(items)}.</p>", nav)
     return h.not_found()
@@ -161,8 +173,10 @@ def _wiki(h: Handler, path: str, q: dict[str, str]) -> bytes:
         return _page("Wiki", "wiki", f"<h1>Wiki</h1><ul>{items}</ul>", nav)
     if path == "/wiki/search":
         term = q.get("q", "")
-        form = (f'<form role="search"><input name="q" type="search" aria-label="Search the wiki" value="{html.escape(term)}" '
-                f'data-bid="search"><button data-bid="search-go">Search</button></form>')  # fmt: skip
+        form = (
+            f'<form role="search"><input name="q" type="search" aria-label="Search the wiki" value="{html.escape(term)}" '
+            f'data-bid="search"><button data-bid="search-go">Search</button></form>'
+        )
         rows = s.query("SELECT slug, title FROM articles WHERE title LIKE ? OR body LIKE ?", (f"%{term}%",) * 2) if term else []
         hits = "".join(f'<li><a href="/wiki/page/{sl}" data-bid="hit-{sl}">{html.escape(t)}</a></li>' for sl, t in rows)
         return _page("Search", "wiki", f"<h1>Search</h1>{form}<ul>{hits}</ul>", nav)
@@ -183,9 +197,11 @@ def _wiki(h: Handler, path: str, q: dict[str, str]) -> bytes:
             s.write("INSERT INTO edits (slug, summary) VALUES (?, ?)", (sl, q.get("summary", "")))
             return h.redirect(f"/wiki/page/{sl}")
         t, b = row[0]
-        form = (f'<form method="post"><label>Text <textarea name="body" data-bid="body">{html.escape(b)}</textarea></label>'
-                f'<label>Summary <input name="summary" data-bid="summary"></label>'
-                f'<button data-bid="save">Save</button></form>')  # fmt: skip
+        form = (
+            f'<form method="post"><label>Text <textarea name="body" data-bid="body">{html.escape(b)}</textarea></label>'
+            f'<label>Summary <input name="summary" data-bid="summary"></label>'
+            f'<button data-bid="save">Save</button></form>'
+        )
         return _page(f"Editing {t}", "wiki", f"<h1>Editing {html.escape(t)}</h1>{form}", nav)
     return h.not_found()
 
@@ -207,9 +223,11 @@ def _tracker(h: Handler, path: str, q: dict[str, str]) -> bytes:
             error = '<p role="alert">Wrong user name or password.</p>'
         else:
             error = ""
-        form = ('<form method="post"><label>User <input name="user" data-bid="user"></label>'
-                '<label>Password <input name="password" type="password" data-bid="password"></label>'
-                '<button data-bid="login">Log in</button></form>')  # fmt: skip
+        form = (
+            '<form method="post"><label>User <input name="user" data-bid="user"></label>'
+            '<label>Password <input name="password" type="password" data-bid="password"></label>'
+            '<button data-bid="login">Log in</button></form>'
+        )
         return _page("Log in", "tracker", f"<h1>Log in</h1>{error}{form}", nav)
     if path == "/tracker/logout":
         return h.redirect("/tracker/login", cookie="session=; Path=/tracker; Max-Age=0")
@@ -226,12 +244,15 @@ def _tracker(h: Handler, path: str, q: dict[str, str]) -> bytes:
         if h.command == "POST":
             if not q.get("title"):
                 return _page("New issue", "tracker", '<p role="alert">A title is needed.</p>', nav)
-            i = s.write("INSERT INTO issues (title, body, status, author) VALUES (?, ?, 'open', ?)",
-                        (q["title"], q.get("body", ""), user))  # fmt: skip
+            i = s.write(
+                "INSERT INTO issues (title, body, status, author) VALUES (?, ?, 'open', ?)", (q["title"], q.get("body", ""), user)
+            )
             return h.redirect(f"/tracker/issue/{i}")
-        form = ('<form method="post"><label>Title <input name="title" data-bid="title"></label>'
-                '<label>Description <textarea name="body" data-bid="body"></textarea></label>'
-                '<button data-bid="create">Create issue</button></form>')  # fmt: skip
+        form = (
+            '<form method="post"><label>Title <input name="title" data-bid="title"></label>'
+            '<label>Description <textarea name="body" data-bid="body"></textarea></label>'
+            '<button data-bid="create">Create issue</button></form>'
+        )
         return _page("New issue", "tracker", f"<h1>New issue</h1>{form}", nav)
     if path.startswith("/tracker/issue/"):
         parts = path.split("/")
@@ -242,17 +263,32 @@ def _tracker(h: Handler, path: str, q: dict[str, str]) -> bytes:
         if len(parts) > 4 and parts[4] == "close" and h.command == "POST":
             s.write("UPDATE issues SET status = 'closed' WHERE id = ?", (i,))
             return h.redirect(f"/tracker/issue/{i}")
-        close = ('' if st == "closed" else f'<form method="post" action="/tracker/issue/{i}/close">'
-                 '<button data-bid="close-issue">Close issue</button></form>')  # fmt: skip
-        return _page(f"#{i} {t}", "tracker", f"<h1>#{i} {html.escape(t)}</h1><p>Status: {st}, by {a}</p>"
-                     f"<p>{html.escape(b)}</p>{close}", nav)  # fmt: skip
+        close = (
+            ""
+            if st == "closed"
+            else f'<form method="post" action="/tracker/issue/{i}/close">'
+            '<button data-bid="close-issue">Close issue</button></form>'
+        )
+        return _page(
+            f"#{i} {t}",
+            "tracker",
+            f"<h1>#{i} {html.escape(t)}</h1><p>Status: {st}, by {a}</p><p>{html.escape(b)}</p>{close}",
+            nav,
+        )
     return h.not_found()
 
 
-_SLOW = ("<!doctype html><title>Busy</title><h1>Busy page</h1><p id=t>0</p>"
-         "<script>let n=0;setInterval(()=>{document.getElementById('t').textContent=++n},50)</script>")  # fmt: skip
-_INDEX = _page("Sites", "sites", '<h1>Sites</h1><ul><li><a href="/shop/">Shop</a></li><li><a href="/wiki/">Wiki</a></li>'
-               '<li><a href="/tracker/">Tracker</a></li></ul>', [])  # fmt: skip
+_SLOW = (
+    "<!doctype html><title>Busy</title><h1>Busy page</h1><p id=t>0</p>"
+    "<script>let n=0;setInterval(()=>{document.getElementById('t').textContent=++n},50)</script>"
+)
+_INDEX = _page(
+    "Sites",
+    "sites",
+    '<h1>Sites</h1><ul><li><a href="/shop/">Shop</a></li><li><a href="/wiki/">Wiki</a></li>'
+    '<li><a href="/tracker/">Tracker</a></li></ul>',
+    [],
+)
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -37,11 +37,18 @@ from schemas.errors import ConfigError
 
 def step(next_text, *, state="$ ", action="ls", spans=(), traj="t1", i=0, error=None, truncated=False):
     return Transition.create(
-        trajectory_id=traj, step=i, domain="terminal", env_id="bash", task_id="task",
-        state=Observation.make(state, "terminal"), action=Action.make("run", command=action),
+        trajectory_id=traj,
+        step=i,
+        domain="terminal",
+        env_id="bash",
+        task_id="task",
+        state=Observation.make(state, "terminal"),
+        action=Action.make("run", command=action),
         next_state=Observation.make(next_text, "terminal", spans=spans, truncated=truncated),
-        provenance=Provenance(run_id="r"), action_error=error, instruction="do it",
-    )  # fmt: skip
+        provenance=Provenance(run_id="r"),
+        action_error=error,
+        instruction="do it",
+    )
 
 
 def date_ls(ts: str, pid: str) -> Transition:
@@ -55,9 +62,15 @@ def test_volatile_masking_makes_two_runs_of_date_ls_equal():
     assert a.next_state.text != b.next_state.text
     assert transition_key(a) == transition_key(b)
     assert trajectory_key([transition_key(a)]) == trajectory_key([transition_key(b)])
-    assert transition_key(a) != transition_key(date_ls("x", "1").__class__.create(
-        **{**{f: getattr(a, f) for f in ("trajectory_id", "step", "domain", "env_id", "task_id", "state", "provenance")},
-           "action": a.action, "next_state": Observation.make("different\n", "terminal")}))  # fmt: skip
+    assert transition_key(a) != transition_key(
+        date_ls("x", "1").__class__.create(
+            **{
+                **{f: getattr(a, f) for f in ("trajectory_id", "step", "domain", "env_id", "task_id", "state", "provenance")},
+                "action": a.action,
+                "next_state": Observation.make("different\n", "terminal"),
+            }
+        )
+    )
 
 
 def test_normalise_strips_ansi_control_and_blank_runs():

@@ -97,8 +97,11 @@ def test_a_later_curation_dedupes_against_earlier_ones(tmp_path):
     # day 2: fresh trajectories plus copies of day-1 trajectories under new ids
     fresh = list(Synthesizer(6, duplicates=0.0, **SMALL).transitions(60))
     copied_traj = first[0].trajectory_id
-    copies = [t.evolve(trajectory_id="day2-copy", provenance=replace(t.provenance, run_id="day2"))
-              for t in first if t.trajectory_id == copied_traj]  # fmt: skip
+    copies = [
+        t.evolve(trajectory_id="day2-copy", provenance=replace(t.provenance, run_id="day2"))
+        for t in first
+        if t.trajectory_id == copied_traj
+    ]
     with StoreWriter(str(store), "day2") as w:
         w.write_many([replace(t, provenance=replace(t.provenance, run_id="day2")) for t in fresh] + copies)
     r2 = curate(CurationConfig(), str(store), beam_args=IN_MEMORY, log=lambda m: None)
@@ -123,8 +126,13 @@ def test_bad_records_are_quarantined_secrets_scrubbed_and_eval_tasks_removed(tmp
     report = curate(cfg, str(store), beam_args=IN_MEMORY, log=lambda m: None)
     assert report.scrubbed == {"openai_key": 1}
     q = run_query(f"SELECT stage, reason, detail FROM rejected WHERE transition_id = '{broken.transition_id}'", str(store))
-    assert q.to_pylist() == [{"stage": "validate", "reason": "content_hash_mismatch",
-                              "detail": "content_hash: does not match state, action and next_state"}]  # fmt: skip
+    assert q.to_pylist() == [
+        {
+            "stage": "validate",
+            "reason": "content_hash_mismatch",
+            "detail": "content_hash: does not match state, action and next_state",
+        }
+    ]
     text = run_query(f"SELECT next_state.text AS t FROM curated WHERE transition_id = '{leaky.transition_id}'", str(store))
     assert secret not in text.to_pylist()[0]["t"] and "<openai_key>" in text.to_pylist()[0]["t"]
     dec = run_query("SELECT DISTINCT trajectory_id, reason, detail FROM rejected WHERE stage = 'decontaminate'", str(store))
@@ -170,10 +178,13 @@ def test_passes_over_groups_of_runs_decide_like_one_pass(tmp_path):
         trajs = sorted({t.trajectory_id for t in first})[:5]
         later = {"run_id": "later"}
         copies = [
-            t.evolve(trajectory_id=f"copy-{t.trajectory_id}",
-                     provenance=replace(t.provenance, collected_at=t.provenance.collected_at + timedelta(days=1), **later))
-            for t in first if t.trajectory_id in trajs
-        ]  # fmt: skip
+            t.evolve(
+                trajectory_id=f"copy-{t.trajectory_id}",
+                provenance=replace(t.provenance, collected_at=t.provenance.collected_at + timedelta(days=1), **later),
+            )
+            for t in first
+            if t.trajectory_id in trajs
+        ]
         with StoreWriter(str(tmp_path / name), "later") as w:
             w.write_many(copies)
         curate(CurationConfig(max_transitions_per_pass=limit), str(tmp_path / name), beam_args=IN_MEMORY, log=lambda m: None)
@@ -189,11 +200,20 @@ def _episode(traj: str, steps: list[tuple[str, str]], run: str, seed: int) -> li
     out, state = [], "$ "
     for i, (command, screen) in enumerate(steps):
         screen = screen or " ".join(rng.choice(string.ascii_lowercase) * rng.randint(1, 6) for _ in range(300))
-        out.append(Transition.create(
-            trajectory_id=traj, step=i, domain="terminal", env_id="bash", task_id=f"task-{traj}",
-            state=Observation.make(state, "terminal"), action=Action.make("run", command=command),
-            next_state=Observation.make(screen, "terminal"), provenance=Provenance(run_id=run), instruction="look around",
-        ))  # fmt: skip
+        out.append(
+            Transition.create(
+                trajectory_id=traj,
+                step=i,
+                domain="terminal",
+                env_id="bash",
+                task_id=f"task-{traj}",
+                state=Observation.make(state, "terminal"),
+                action=Action.make("run", command=command),
+                next_state=Observation.make(screen, "terminal"),
+                provenance=Provenance(run_id=run),
+                instruction="look around",
+            )
+        )
         state = screen
     return out
 
@@ -221,8 +241,10 @@ def test_repeated_steps_and_nondeterminism_are_marked_across_curations(tmp_path)
     assert by_id[b[0].transition_id]["duplicate_of"] == day1[0].transition_id
     assert by_id[b[0].transition_id]["exclude_as_target"] and by_id[b[0].transition_id]["flags"] == []
     assert by_id[c[0].transition_id]["flags"] == ["nondeterministic"] and by_id[c[0].transition_id]["duplicate_of"] is None
-    assert all(by_id[t.transition_id]["duplicate_of"] is None and not by_id[t.transition_id]["flags"]
-               for t in (day1[0], day1[1], b[1], c[1]))  # fmt: skip
+    assert all(
+        by_id[t.transition_id]["duplicate_of"] is None and not by_id[t.transition_id]["flags"]
+        for t in (day1[0], day1[1], b[1], c[1])
+    )
 
 
 def test_an_unfinished_curation_is_not_deduped_against_and_reruns_from_scratch(tmp_path):
@@ -261,8 +283,11 @@ def test_reading_a_row_span_reads_those_rows_only(tmp_path):
     every = [t for b in read_shard(store.sfs, path) for t in b.column("transition_id").to_pylist()]
     assert len(every) == 50 and len(batch_rows) > 5
     for start, stop in ((0, 50), (3, 17), (14, 21), (49, 50), (20, 20)):
-        got = [t for b in read_shard(store.sfs, path, span=RowSpan(start, stop, batch_rows))
-               for t in b.column("transition_id").to_pylist()]  # fmt: skip
+        got = [
+            t
+            for b in read_shard(store.sfs, path, span=RowSpan(start, stop, batch_rows))
+            for t in b.column("transition_id").to_pylist()
+        ]
         assert got == every[start:stop]
 
 
@@ -286,8 +311,14 @@ def test_a_large_run_is_cut_between_passes_where_no_trajectory_crosses(tmp_path)
         if name != "one":
             assert any(p.joins for p in pieces) and len(groups) > 2
             assert all(i - 1 in g for g in groups for i in g if pieces[i].joins)  # never cut inside a trajectory
-            held = [{t for b in read_shard(store.sfs, store.sfs.join(inputs[p.input][0]), span=p.span())
-                     for t in b.column("trajectory_id").to_pylist()} for p in pieces]  # fmt: skip
+            held = [
+                {
+                    t
+                    for b in read_shard(store.sfs, store.sfs.join(inputs[p.input][0]), span=p.span())
+                    for t in b.column("trajectory_id").to_pylist()
+                }
+                for p in pieces
+            ]
             for i, j in itertools.combinations(range(len(pieces)), 2):  # a trajectory in two pieces: only a writer's roll
                 assert not held[i] & held[j] or (j == i + 1 and pieces[j].joins), (pieces[i], pieces[j])
         if name == "big-shard":  # 4 shards of 101, 102, 130, 67 rows: cut into pieces, so no pass holds much more than 100

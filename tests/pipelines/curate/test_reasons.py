@@ -97,11 +97,16 @@ def test_attribute_files_from_before_detail_still_read(tmp_path):
     n = run_query("SELECT count(*) AS n FROM rejected WHERE reason = 'exact_duplicate'", str(store)).to_pylist()[0]["n"]
     assert n > 0
     with StoreWriter(str(store), "later") as w:  # a newer curation beside the old one
-        w.write_many([t.evolve(trajectory_id=f"again-{t.trajectory_id}", provenance=replace(t.provenance, run_id="later"))
-                      for t in make_transitions(40, seed=5)])  # fmt: skip
+        w.write_many(
+            [
+                t.evolve(trajectory_id=f"again-{t.trajectory_id}", provenance=replace(t.provenance, run_id="later"))
+                for t in make_transitions(40, seed=5)
+            ]
+        )
     new = curate(CurationConfig(), str(store), beam_args=IN_MEMORY, log=lambda m: None).curation_id
-    rows = run_query("SELECT curation_id, count(detail) AS with_detail, count(*) AS n FROM rejected GROUP BY curation_id",
-                     str(store)).to_pylist()  # fmt: skip
+    rows = run_query(
+        "SELECT curation_id, count(detail) AS with_detail, count(*) AS n FROM rejected GROUP BY curation_id", str(store)
+    ).to_pylist()
     by_cid = {r["curation_id"]: r for r in rows}
     assert by_cid[old]["with_detail"] == 0 < by_cid[old]["n"]
     assert new not in by_cid or by_cid[new]["with_detail"] == by_cid[new]["n"]

@@ -17,8 +17,14 @@ from pipelines.release.stats import Stats
 from schemas.errors import ConfigError
 
 pytest.importorskip("matplotlib")
-DROPS = {"exact_duplicate": 154, "near_duplicate": 119, "degenerate_loop": 30, "degenerate_repeat": 7, "empty": 1,
-         "a reason someone wrote at great length, with its trajectory id t-0123456789abcdef": 3}  # fmt: skip
+DROPS = {
+    "exact_duplicate": 154,
+    "near_duplicate": 119,
+    "degenerate_loop": 30,
+    "degenerate_repeat": 7,
+    "empty": 1,
+    "a reason someone wrote at great length, with its trajectory id t-0123456789abcdef": 3,
+}
 
 
 def planted_stats() -> tuple[MixtureConfig, Stats, dict]:
@@ -67,15 +73,21 @@ def test_charts_are_readable_at_the_size_the_card_shows_them(tmp_path):
     lengths_ax = figures["token_lengths.png"].axes[0]
     assert lengths_ax.get_xscale() == "log" and 8000 <= lengths_ax.get_xlim()[1] <= 8192 * 1.06  # the real range, not 1M
     assert "log scale" in lengths_ax.get_xlabel() and {t.get_text().split()[0] for t in lengths_ax.get_legend().get_texts()} == {
-        "cpt", "sft", "rl"}  # fmt: skip
+        "cpt",
+        "sft",
+        "rl",
+    }
     mix = figures["domain_mix.png"].axes
     assert [ax.get_title() for ax in mix] == [f"{st}: train tokens by domain" for st in ("cpt", "sft", "rl")]
     assert [t.get_text() for t in mix[0].get_xticklabels()] == ["android", "mcp", "os", "search", "swe", "terminal", "web"]
 
     saved = _plots(tmp_path, cfg, stats, lengths, DROPS)  # the files the card links, at their figure size x DPI
     for name in saved:
-        fig_size = {"domain_mix.png": (3.4 * 3, 3.4), "token_lengths.png": (7, 3.6),
-                    "curation_drops.png": (7, 0.9 + 0.38 * len(DROPS))}[name]  # fmt: skip
+        fig_size = {
+            "domain_mix.png": (3.4 * 3, 3.4),
+            "token_lengths.png": (7, 3.6),
+            "curation_drops.png": (7, 0.9 + 0.38 * len(DROPS)),
+        }[name]
         with Image.open(tmp_path / name) as img:
             assert img.size == (round(fig_size[0] * DPI), round(fig_size[1] * DPI)), name
             assert 600 <= img.size[0] <= 1100  # shown as is in the card: wide enough to read, no wider than a page
@@ -86,11 +98,17 @@ def test_card_yaml_uses_hugging_face_keys_and_says_where_the_licence_came_from()
     cfg = MixtureConfig(stages={"sft": Stage()})
     yaml = front_matter(cfg, "wm", "1", report, {"unspecified": 5})
     assert (yaml["license"], yaml["license_name"], yaml["license_link"], yaml["language"]) == (
-        "other", "unspecified-collected-data", "README.md#license", ["en"])  # fmt: skip
+        "other",
+        "unspecified-collected-data",
+        "README.md#license",
+        ["en"],
+    )
     files = [{"split": "train", "path": "data/sft/train-*.parquet"}, {"split": "test", "path": "data/sft/test-*.parquet"}]
     assert yaml["configs"] == [{"config_name": "sft", "data_files": files}]  # empty splits left out
-    assert yaml["dataset_info"][0]["splits"] == [{"name": "train", "num_bytes": 0, "num_examples": 10},
-                                                 {"name": "test", "num_bytes": 0, "num_examples": 2}]  # fmt: skip
+    assert yaml["dataset_info"][0]["splits"] == [
+        {"name": "train", "num_bytes": 0, "num_examples": 10},
+        {"name": "test", "num_bytes": 0, "num_examples": 2},
+    ]
     assert license_of(cfg, {"cc-by-4.0": 3})[0] == {"license": "cc-by-4.0"}  # the sources name one: it
     mixed, why = license_of(cfg, {"cc-by-4.0": 3, "mit": 1, "unspecified": 2})
     assert mixed["license"] == "other" and mixed["license_name"] == "mixed-source-licenses" and "mit (1)" in why

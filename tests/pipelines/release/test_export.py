@@ -194,9 +194,17 @@ def test_observations_are_cut_by_offset_with_reasoning_and_tags_inside():
         prompt = [system, {"role": "user", "content": users[0]}]
         for obs, user in zip(observations, users[1:], strict=True):
             prompt += [{"role": "assistant", "content": wrap(obs)}, {"role": "user", "content": user}]
-        return {"id": f"s{step}", "domain": "terminal", "trajectory_id": "t", "step": step, "total_turns": 3,
-                "dropped_turns": dropped, "has_reasoning": bool(reasoning), "prompt": prompt,
-                "completion": [{"role": "assistant", "content": wrap(target, reasoning or None)}]}  # fmt: skip
+        return {
+            "id": f"s{step}",
+            "domain": "terminal",
+            "trajectory_id": "t",
+            "step": step,
+            "total_turns": 3,
+            "dropped_turns": dropped,
+            "has_reasoning": bool(reasoning),
+            "prompt": prompt,
+            "completion": [{"role": "assistant", "content": wrap(target, reasoning or None)}],
+        }
 
     rows = [row(0, ["u0"], [], tricky), row(1, ["u0", "u1"], [tricky], tricky, reasoning="why\nso")]
     rows.append(row(2, ["(1 earlier turns omitted) u1", "u2"], [""], "end\n", dropped=1))

@@ -29,20 +29,25 @@ LIMIT = 1200
 def chat(tokenizer):  # noqa: F811
     """The tokenizer as training loads it: ChatML, EOS <|im_end|>."""
     transformers = pytest.importorskip("transformers")
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_file=tokenizer.counter.path, eos_token="<|im_end|>",
-                                               pad_token="<|endoftext|>")  # fmt: skip
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=tokenizer.counter.path, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
     tok.chat_template = CHATML
     return tok
 
 
 def length(chat, messages, generation_prompt=False) -> int:
-    return len(chat.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=generation_prompt)
-               ["input_ids"])  # fmt: skip
+    return len(
+        chat.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=generation_prompt)["input_ids"]
+    )
 
 
 def mixture(limit: int = LIMIT, **stages) -> MixtureConfig:
-    body = {"sft": Stage(max_tokens=limit, max_prompt_tokens=100_000), "rl": Stage(max_tokens=limit, max_prompt_tokens=100_000),
-            "cpt": Stage(context_tokens=300, max_tokens=limit)}  # fmt: skip
+    body = {
+        "sft": Stage(max_tokens=limit, max_prompt_tokens=100_000),
+        "rl": Stage(max_tokens=limit, max_prompt_tokens=100_000),
+        "cpt": Stage(context_tokens=300, max_tokens=limit),
+    }
     return MixtureConfig(stages={**body, **stages})
 
 
@@ -51,11 +56,20 @@ def planted(sizes: list[int]) -> Trajectory:
     state, steps = "$ ", []
     for i, size in enumerate(sizes):
         screen = f"out {i} " + "file " * size + f"[exit 0] /work$ {i}"
-        steps.append(Transition.create(
-            trajectory_id="long", step=i, domain="terminal", env_id="bash", task_id="t", instruction="list the files",
-            state=Observation.make(state, "terminal"), action=Action.make("run", command=f"ls {i}"),
-            next_state=Observation.make(screen, "terminal"), provenance=Provenance(run_id="r"),
-        ))  # fmt: skip
+        steps.append(
+            Transition.create(
+                trajectory_id="long",
+                step=i,
+                domain="terminal",
+                env_id="bash",
+                task_id="t",
+                instruction="list the files",
+                state=Observation.make(state, "terminal"),
+                action=Action.make("run", command=f"ls {i}"),
+                next_state=Observation.make(screen, "terminal"),
+                provenance=Provenance(run_id="r"),
+            )
+        )
         state = screen
     return Trajectory(steps, frozenset(), "cur-1", {})
 
@@ -120,11 +134,15 @@ def test_drops_reach_the_stats_the_report_and_the_card(tokenizer):  # noqa: F811
     samples_of(planted([20, 20, 2000, 20]), tokenizer, cfg, stats)
     merged = Stats()
     merged.merge(stats.to_json())  # as the driver sums the workers' files
-    assert merged.drops() == {"cpt": {"turn_too_long": 2}, "rl": {"prompt_too_long": 1, "target_too_long": 1},
-                              "sft": {"prompt_too_long": 1, "target_too_long": 1}}  # fmt: skip
+    assert merged.drops() == {
+        "cpt": {"turn_too_long": 2},
+        "rl": {"prompt_too_long": 1, "target_too_long": 1},
+        "sft": {"prompt_too_long": 1, "target_too_long": 1},
+    }
 
-    report = SimpleNamespace(dropped=merged.drops(), lengths={"sft": {"samples": 2, "p50": 100, "p90": 200, "p99": 210,
-                                                                     "max": 210}})  # fmt: skip
+    report = SimpleNamespace(
+        dropped=merged.drops(), lengths={"sft": {"samples": 2, "p50": 100, "p90": 200, "p99": 210, "max": 210}}
+    )
     text = "\n".join(_length_lines(cfg, report))
     assert "| sft | 2 | 100 | 200 | 210 | 210 | 1,200 | 2 |" in text
     assert f"| sft | `target_too_long`: {LENGTH_REASONS['target_too_long']} | 1 |" in text

@@ -61,8 +61,11 @@ def test_layout_manifest_lineage_and_card(base):
     files = {f["path"]: f for f in manifest["files"]}
     assert set(files) == names - {"manifest.json"}
     rows = sum(f["rows"] for f in manifest["files"] if f.get("stage") == "sft" and f["split"] == "train")
-    assert rows == report.samples["sft"]["train"] == pq.read_table(root / "data" / "sft").num_rows - sum(
-        report.samples["sft"][s] for s in ("validation", "test"))  # fmt: skip
+    assert (
+        rows
+        == report.samples["sft"]["train"]
+        == pq.read_table(root / "data" / "sft").num_rows - sum(report.samples["sft"][s] for s in ("validation", "test"))
+    )
     assert manifest["curations"] and manifest["source_runs"] and manifest["code_version"] and manifest["config_hash"]
     assert set(manifest["schemas"]) == {"cpt", "sft", "rl"} and manifest["libraries"]["pyarrow"]
     lineage = json.loads((root / "lineage.json").read_text())
@@ -120,8 +123,12 @@ def test_an_unchanged_rerun_answers_from_the_input_hash_and_a_changed_input_rebu
     monkeypatch.setattr(beam, "Pipeline", lambda *a, **kw: built.append(1) or real(*a, **kw))
     again = create_release(cfg, str(s), "wm", "1", beam_args=IN_MEMORY, log=lambda m: None, rows_per_file=150)
     assert again.identical and not built  # no Beam pipeline: answered from the manifest's input_hash
-    assert (again.samples, again.tokens, again.dropped, again.input_hash) == (report.samples, report.tokens, report.dropped,
-                                                                              report.input_hash)  # fmt: skip
+    assert (again.samples, again.tokens, again.dropped, again.input_hash) == (
+        report.samples,
+        report.tokens,
+        report.dropped,
+        report.input_hash,
+    )
     manifest = (s / "releases/wm/1/manifest.json").read_bytes()
     (index,) = (s / "curated/_index").glob("*.json")  # an input changed without changing the content: rebuilt, kept
     index.write_text(json.dumps(json.loads(index.read_text()), indent=4))
@@ -147,8 +154,11 @@ def test_verify_catches_a_flipped_byte_a_removed_file_and_an_extra_one(base, tmp
     (copy / "notes.txt").write_text("x")
     problems = verify(copy)
     assert problems == sorted(problems) or len(problems) == 3
-    assert {p.split(": ", 1)[1] for p in problems} == {"changed (sha256 differs from the manifest)", "missing",
-                                                        "extra file, not in the manifest"}  # fmt: skip
+    assert {p.split(": ", 1)[1] for p in problems} == {
+        "changed (sha256 differs from the manifest)",
+        "missing",
+        "extra file, not in the manifest",
+    }
     proc = cli("release", "verify", str(copy), check=False)
     assert proc.returncode == 2 and f"{target}: changed" in proc.stderr
 
@@ -215,15 +225,21 @@ def test_agentworldbench_export_round_trips_field_by_field(base, tmp_path):
 
 def test_budgets_weights_and_strict_shortfalls(base, tmp_path):
     store, cfg, _ = base
-    have = run_query("SELECT domain, sum(tokens) AS t FROM release_sft WHERE name = 'wm' AND version = '1' AND split = 'train' "
-                     "GROUP BY 1", store).to_pylist()  # fmt: skip
+    have = run_query(
+        "SELECT domain, sum(tokens) AS t FROM release_sft WHERE name = 'wm' AND version = '1' AND split = 'train' GROUP BY 1",
+        store,
+    ).to_pylist()
     terminal = int(next(r["t"] for r in have if r["domain"] == "terminal"))
     budget = int(terminal * 1.5)  # terminal only, 1.5 epochs
-    mixed = MixtureConfig.model_validate({**cfg.model_dump(), "stages": {"sft": Stage(
-        token_budget=budget, weights={"terminal": 1}, max_epochs=2).model_dump()}})  # fmt: skip
+    mixed = MixtureConfig.model_validate(
+        {**cfg.model_dump(), "stages": {"sft": Stage(token_budget=budget, weights={"terminal": 1}, max_epochs=2).model_dump()}}
+    )
     report = create_release(mixed, store, "wm-terminal", "1", beam_args=IN_MEMORY, log=lambda m: None)
-    got = run_query("SELECT domain, sum(tokens) AS t, count(*) AS n, count(DISTINCT id) AS u FROM release_sft "
-                    "WHERE name = 'wm-terminal' AND split = 'train' GROUP BY 1", store).to_pylist()  # fmt: skip
+    got = run_query(
+        "SELECT domain, sum(tokens) AS t, count(*) AS n, count(DISTINCT id) AS u FROM release_sft "
+        "WHERE name = 'wm-terminal' AND split = 'train' GROUP BY 1",
+        store,
+    ).to_pylist()
     assert [r["domain"] for r in got] == ["terminal"] and 0.75 * budget < got[0]["t"] < 1.25 * budget
     assert got[0]["n"] > got[0]["u"]  # some samples taken twice
     assert set(report.samples) == {"sft"} and not report.shortfall
@@ -255,8 +271,9 @@ def test_distilled_reasoning_comes_before_the_predicted_observation(base, tmp_pa
     teacher = ChatServer([{"content": "The listing shows the new file."}] * 40)  # fails once first: retried
     try:
         (cid,) = [p.parent.name for p in (s / "curated").glob("*/report.json")]
-        out = cli("distill", "--store", str(s), "--curation", cid, "--model", "teacher", "--base-url", teacher.url,
-                  "--limit", "40")  # fmt: skip
+        out = cli(
+            "distill", "--store", str(s), "--curation", cid, "--model", "teacher", "--base-url", teacher.url, "--limit", "40"
+        )
         assert out.stdout.startswith("40 reasoning texts")
     finally:
         teacher.close()
@@ -267,5 +284,7 @@ def test_distilled_reasoning_comes_before_the_predicted_observation(base, tmp_pa
     rows = run_query("SELECT completion, has_reasoning FROM release_sft WHERE name = 'wm-distilled'", str(s)).to_pylist()
     with_reasoning = [r for r in rows if r["has_reasoning"]]
     assert 0 < len(with_reasoning) <= 40
-    assert all(r["completion"][0]["content"].startswith("The listing shows the new file.\n<predicted_observation>\n")
-               for r in with_reasoning)  # fmt: skip
+    assert all(
+        r["completion"][0]["content"].startswith("The listing shows the new file.\n<predicted_observation>\n")
+        for r in with_reasoning
+    )

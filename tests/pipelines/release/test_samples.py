@@ -45,12 +45,20 @@ def trajectory(domain="terminal", n=3, size=20, excluded=(), traj="t1", env="bas
     state, steps = "$ ", []
     for i in range(n):
         screen = f"out {i} " + "file " * size + f"[exit 0] /work$ {i}"
-        steps.append(Transition.create(
-            trajectory_id=traj, step=i, domain=domain, env_id=env, task_id=task, instruction="list the files",
-            state=Observation.make(state, "terminal"), action=Action.make("run", command=f"ls {i}"),
-            next_state=Observation.make(screen, "terminal", spans=[VolatileSpan(0, 3, "other")]),
-            provenance=Provenance(run_id="r"),
-        ))  # fmt: skip
+        steps.append(
+            Transition.create(
+                trajectory_id=traj,
+                step=i,
+                domain=domain,
+                env_id=env,
+                task_id=task,
+                instruction="list the files",
+                state=Observation.make(state, "terminal"),
+                action=Action.make("run", command=f"ls {i}"),
+                next_state=Observation.make(screen, "terminal", spans=[VolatileSpan(0, 3, "other")]),
+                provenance=Provenance(run_id="r"),
+            )
+        )
         state = screen
     ids = frozenset(steps[i].transition_id for i in excluded)
     return Trajectory(steps, ids, "cur-1", {})
