@@ -50,43 +50,32 @@ def _train(
     typer.echo(f"model and report in {report.output}")
 
 
-@app.command()
-def cpt(
-    config: ConfigArg,
-    store: StoreOpt = None,
-    release: ReleaseOpt = None,
-    output: OutputOpt = None,
-    model: ModelOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Continual pre-training on packed CPT documents (loss on every token)."""
-    _train("cpt", config, store, release, output, model, as_json)
+STAGES = {
+    "cpt": "Continual pre-training on packed CPT documents (loss on every token).",
+    "sft": "Supervised fine-tuning: predict the next observation (loss on the completion).",
+    "rl": "GSPO (sequence-level GRPO) with the format gate, rule reward and optional judge.",
+}
 
 
-@app.command()
-def sft(
-    config: ConfigArg,
-    store: StoreOpt = None,
-    release: ReleaseOpt = None,
-    output: OutputOpt = None,
-    model: ModelOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Supervised fine-tuning: predict the next observation (loss on the completion)."""
-    _train("sft", config, store, release, output, model, as_json)
+def _stage_command(stage: str, doc: str) -> None:
+    """``trajforge train <stage>``: the three stages take the same options."""
+
+    def command(
+        config: ConfigArg,
+        store: StoreOpt = None,
+        release: ReleaseOpt = None,
+        output: OutputOpt = None,
+        model: ModelOpt = None,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        _train(stage, config, store, release, output, model, as_json)
+
+    command.__doc__ = doc
+    app.command(stage)(command)
 
 
-@app.command()
-def rl(
-    config: ConfigArg,
-    store: StoreOpt = None,
-    release: ReleaseOpt = None,
-    output: OutputOpt = None,
-    model: ModelOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """GSPO (sequence-level GRPO) with the format gate, rule reward and optional judge."""
-    _train("rl", config, store, release, output, model, as_json)
+for _stage, _doc in STAGES.items():
+    _stage_command(_stage, _doc)
 
 
 @app.command("eval")

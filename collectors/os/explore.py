@@ -11,24 +11,11 @@ import re
 from typing import Any
 
 from collectors.explore import Explorer
+from collectors.os.tree import INTERACTIVE
 from schemas.transition import Observation
 
-CLICKABLE = {
-    "push button",
-    "toggle button",
-    "check box",
-    "radio button",
-    "menu",
-    "menu item",
-    "check menu item",
-    "radio menu item",
-    "page tab",
-    "combo box",
-    "list item",
-    "table cell",
-    "tree item",
-    "link",
-}
+# what a click does something to: the interactive roles less those that take typing or only show
+CLICKABLE = INTERACTIVE - {"text", "entry", "password text", "spin button", "icon"}
 FIELDS = {"text", "entry", "password text", "spin button"}
 WORDS = ["hello", "notes", "draft", "report", "budget", "todo", "meeting", "alpha", "kettle", "review"]
 KEYS = ["tab", "escape", "enter", "down", "up", "ctrl+a", "backspace"]

@@ -57,21 +57,8 @@ def _rows(store: Path) -> list[dict]:
 
 
 def _beam(job_file: Path, store: Path, *extra: str, env: dict | None = None, check: bool = True):
-    args = [
-        sys.executable,
-        "-m",
-        "trajforge",
-        "collect",
-        str(job_file),
-        "--store",
-        str(store),
-        "--runner",
-        "DirectRunner",
-        "--unit-size",
-        "3",
-        "--direct_num_workers=2",
-        *extra,
-    ]
+    args = [sys.executable, "-m", "trajforge", "collect", str(job_file), "--store", str(store)]
+    args += ["--runner", "DirectRunner", "--unit-size", "3", "--direct_num_workers=2", *extra]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"beam collect failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")

@@ -23,18 +23,13 @@ from pipelines.release.config import MixtureConfig, load_mixture
 from schemas.errors import TrainingError
 from tests.conftest import cli
 from tests.pipelines.release.test_release import IN_MEMORY, curated_store
+from training import assets
 from training.config import TrainConfig, load_train_config
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "training"
-TINY = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 8,
-}
+# the shipped tiny Qwen3, with its own position and embedding defaults
+TINY = {k: v for k, v in assets.TINY.items() if k not in ("max_position_embeddings", "tie_word_embeddings")}
 
 
 @pytest.fixture(scope="module")
