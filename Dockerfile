@@ -59,10 +59,12 @@ RUN if [ -s /run/host-ca.crt ]; then export PIP_CERT=/run/host-ca.crt; fi; PYTHO
 
 COPY README.md trajforge.py ./
 COPY schemas ./schemas
+COPY llm ./llm
 COPY sandboxes ./sandboxes
 COPY collectors ./collectors
 COPY pipelines ./pipelines
 COPY training ./training
+COPY simulate ./simulate
 COPY examples ./examples
 COPY deploy ./deploy
 RUN if [ -s /run/host-ca.crt ]; then export PIP_CERT=/run/host-ca.crt; fi; pip install -q --no-deps -e . && trajforge --help >/dev/null
