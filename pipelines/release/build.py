@@ -52,8 +52,6 @@ def create_release(
 ) -> ReleaseReport:
     """Build release ``name`` ``version`` of a store's curated data under the mixture ``cfg``
     (ConfigError for a bad name or a tokenizer that cannot load, before any work)."""
-    from pipelines.release import graph  # Beam (the release extra) is needed only to build
-
     for part in (name, version):
         if not NAME.match(part):
             raise ConfigError(f"release name and version must be letters, digits, '.', '_' or '-': {part!r}")
@@ -66,6 +64,8 @@ def create_release(
     final = store.layout.release_dir(name, version)
     if (done := unchanged_release(store, final, key, ReleaseReport(name, version, store.sfs.uri(final)))) is not None:
         return done  # built from exactly these inputs already: nothing to do
+    from pipelines.release import graph  # Beam (the release extra): needed only to build, after the rerun check
+
     cfg = simulated.resolve(cfg, store, shards)  # use: cap counts simulated trajectories once
     releases = Path(store.sfs.local_path(store.layout.release_dir(name)))  # object stores: built locally
     tmp = releases / f".{version}.building"
