@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from collectors.env import Task
-from collectors.jobrun import EpisodeSpec, JobRun, JobSummary, episode_seed, plan, shard_of, tally
+from collectors.jobrun import EpisodeSpec, JobRun, JobSummary
 from collectors.jobs import JobConfig
 from collectors.policies import make_policy
 from collectors.registry import backend_env, env_class, make_env
@@ -256,16 +256,11 @@ def _record(result: EpisodeResult, writer: StoreWriter, ledger, summary: JobSumm
     ledger.write(entry)
 
 
-# EpisodeSpec, JobSummary, plan, episode_seed, shard_of and tally live in collectors.jobrun (imported from here too).
 __all__ = [
     "EpisodeResult",
     "EpisodeSpec",
     "JobSummary",
-    "episode_seed",
     "ledger_entry",
-    "plan",
     "run_episode",
     "run_job",
-    "shard_of",
-    "tally",
 ]

@@ -144,8 +144,8 @@ def report_of(model: str, job_id: str, episodes: list[EpisodeSides], count=lambd
 
 def compare(job: JobConfig, tasks: list[Task], options: SimSection, *, log=lambda m: None) -> CompareReport:
     """Run every scripted task of the job on both sides (one environment per domain and env id)."""
+    from collectors.jobrun import episode_seed
     from collectors.registry import make_env
-    from collectors.runner import episode_seed
 
     reals: dict[tuple[str, str], Environment] = {}
     sims: dict[tuple[str, str], SimEnv] = {}

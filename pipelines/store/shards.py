@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from pipelines.store.fs import StoreFS
-from pipelines.store.layout import PARTIAL_SUFFIX, SHARD_SUFFIX, is_part_name, parse_part_index, part_name
 from schemas.arrow import from_shard
 from schemas.errors import SchemaError, ShardError
 from schemas.versions import migrate, schema_for, schema_problem, version_of
@@ -25,17 +24,11 @@ from schemas.versions import migrate, schema_for, schema_problem, version_of
 if TYPE_CHECKING:
     from pipelines.store.manifest import ShardEntry  # for annotations only: the manifest does not import this module
 
-# The shard names are defined in layout; importers of them from here keep working.
 __all__ = [
-    "PARTIAL_SUFFIX",
-    "SHARD_SUFFIX",
     "RowSpan",
     "collected_range",
     "file_sha256",
-    "is_part_name",
     "open_shard",
-    "parse_part_index",
-    "part_name",
     "read_column",
     "read_columns",
     "read_shard",

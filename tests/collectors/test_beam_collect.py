@@ -15,8 +15,8 @@ import yaml
 
 from collectors import beam_collect
 from collectors.beam_collect import collect_unit, make_units, run_beam_job
+from collectors.jobrun import plan
 from collectors.jobs import load_job
-from collectors.runner import plan
 from pipelines.query import run_query
 from tests.conftest import cli
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors import runner
+from collectors import jobrun, runner
 from collectors.jobs import load_job
 from pipelines.query import run_query
 from pipelines.store.check import check_path
@@ -156,7 +156,7 @@ def test_kill_9_mid_job_then_rerun_collects_exactly_the_missing_episodes(tmp_pat
         "SELECT trajectory_id, count(*) AS n, max(step) + 1 AS steps FROM transitions GROUP BY 1", str(store)
     ).to_pylist()
     job, tasks = load_job(path)
-    expected = {s.trajectory_id for s in runner.plan(job, tasks, "x")}
+    expected = {s.trajectory_id for s in jobrun.plan(job, tasks, "x")}
     assert {r["trajectory_id"] for r in rows} == expected  # exactly the planned set
     assert all(r["n"] == r["steps"] for r in rows)  # no duplicated or missing steps
     assert check_path(str(store), deep=True).ok

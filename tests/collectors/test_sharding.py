@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from collectors.jobrun import plan
 from collectors.jobs import load_job
-from collectors.runner import plan
 from pipelines.query import run_query
 from tests.conftest import cli
 
