@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -134,10 +134,15 @@ def curate(
     store: StoreOpt,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Beam's and other libraries' logs.")] = False,
+    engine: Annotated[
+        Literal["auto", "local", "beam"],
+        typer.Option(help="auto: in this process up to 10,000 transitions without Beam options, else Beam."),
+    ] = "auto",
 ) -> None:
     """Curate the raw runs not yet curated: validate, dedupe, filter, scrub, decontaminate.
 
     Extra options go to Beam (--runner=DataflowRunner --project=... , --runner=FlinkRunner ...).
+    A small curation runs the same steps in this process, without Beam's start-up.
     """
     from dataclasses import asdict
 
@@ -151,5 +156,5 @@ def curate(
     with quiet(not verbose):
         from pipelines.curate.run import curate as run
 
-        report = run(cfg, handle, beam_args=beam_args, log=say)
+        report = run(cfg, handle, beam_args=beam_args, engine=engine, log=say)
     typer.echo(json.dumps(asdict(report), indent=1) if as_json else report.table())

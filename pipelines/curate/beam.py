@@ -29,32 +29,19 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 
-from pipelines.curate import logic, minhash
+from pipelines.curate import decide as plain
+from pipelines.curate import neardup
 from pipelines.curate.config import CurationConfig, NearDedup
-from pipelines.curate.reasons import validation_reason
-from pipelines.curate.records import (
-    THIS_CURATION,
-    Decision,
-    KeptStep,
-    Order,
-    Rejection,
-    TrajectorySummary,
-    batch_chunks,
-    trajectory_summary,
-)
+from pipelines.curate.records import THIS_CURATION, Decision
 
 QUARANTINE = "quarantine"
 
 
-def _quarantined(shard: int, reason: str, detail: str, tid=None, traj=None, domain=None) -> Decision:
-    return Decision(tid, traj, domain, "rejected", shard, "validate", reason, detail)
-
-
 class ReadChunks(beam.DoFn):
     """(piece index, path or (path, row span)) -> trajectory chunks; bad shards and
-    records go to ``quarantine``. With ``done_dir``, an empty file per piece read."""
+    records go to ``quarantine`` (``decide.read_piece``). With ``done_dir``, an empty file
+    per piece read."""
 
     def __init__(self, store_uri: str, cfg: CurationConfig, done_dir: str | None = None) -> None:
         self.store_uri, self.cfg, self.done_dir = store_uri, cfg, done_dir
@@ -63,74 +50,40 @@ class ReadChunks(beam.DoFn):
         from pipelines.store import Store
 
         self.sfs = Store.open(self.store_uri).sfs
-        d = self.cfg.decontaminate
-        self.index = logic.EvalIndex.from_files(d.eval_sets, d.ngram) if d.enabled and d.eval_sets else None
+        self.index = plain.eval_index(self.cfg)
 
     def process(self, item: tuple[int, str]) -> Iterator[Any]:
-        from pipelines.store.shards import read_shard
-        from schemas.errors import ShardError
-        from schemas.validate import checked_rows
-
         shard, where = item
-        path, span = where if isinstance(where, tuple) else (where, None)
-        try:
-            for batch in read_shard(self.sfs, path, span=span):
-                good = []
-                ids, trajs, domains = (batch.column(c).to_pylist() for c in ("transition_id", "trajectory_id", "domain"))
-                for row, t, problems in checked_rows(batch):
-                    if problems:
-                        reason = "unreadable_record" if t is None else validation_reason(problems[0])
-                        yield beam.pvalue.TaggedOutput(
-                            QUARANTINE, _quarantined(shard, reason, problems[0], ids[row], trajs[row], domains[row])
-                        )
-                    else:
-                        good.append(t)
-                yield from batch_chunks(good, self.cfg, self.index, shard)
-        except ShardError as exc:
-            yield beam.pvalue.TaggedOutput(QUARANTINE, _quarantined(shard, "unreadable_shard", str(exc)))
+        for out in plain.read_piece(self.sfs, shard, where, self.cfg, self.index):
+            yield beam.pvalue.TaggedOutput(QUARANTINE, out) if isinstance(out, Decision) else out
         if self.done_dir:  # the driver counts these for its progress bar
             with contextlib.suppress(OSError):
                 Path(self.done_dir, f"{shard:06d}").touch()
 
 
 class ReadIndex(beam.DoFn):
-    """Index files of earlier curations and passes -> their rows that can matter here: a
-    kept trajectory sharing an exact key or band key with this pass (``kind="traj"``), or
-    a kept step sharing a (state, action) key (``kind="steps"``). The keys of this pass
-    come as a side input, so the index read stays proportional to what matches."""
+    """Index files of earlier curations and passes -> their rows that can matter here
+    (``decide.index_matches``). The keys of this pass come as a side input, so the index
+    read stays proportional to what matches."""
 
     def __init__(self, kind: str, near: NearDedup) -> None:
         self.kind, self.near = kind, near
         self._keys: tuple[int, set] | None = None
 
     def process(self, path: str, keys: list[str]) -> Iterator[Any]:
-        import pyarrow.parquet as pq
-
         if self._keys is None or self._keys[0] != id(keys):
             self._keys = (id(keys), set(keys))
-        wanted = self._keys[1]
-        read = beam.metrics.Metrics.counter("index", f"{self.kind}_read")
-        matched = beam.metrics.Metrics.counter("index", f"{self.kind}_matched")
-        for r in pq.read_table(path).to_pylist():
-            read.inc()
-            if self.kind == "steps":
-                if r["sa"] in wanted:
-                    matched.inc()
-                    yield r["sa"], ("prev", KeptStep.from_index_row(r))
-            elif r["key"] in wanted or self._shares_band(r["sig"], wanted):
-                matched.inc()
-                yield TrajectorySummary.from_index_row(r)
-
-    def _shares_band(self, sig: bytes, wanted: set[str]) -> bool:
-        bands = minhash.band_keys(np.frombuffer(sig, np.uint64), self.near.bands, self.near.rows)
-        return any(k in wanted for k in bands)
+        n, found = plain.index_matches(path, self.kind, self._keys[1], self.near)
+        beam.metrics.Metrics.counter("index", f"{self.kind}_read").inc(n)
+        if found:
+            beam.metrics.Metrics.counter("index", f"{self.kind}_matched").inc(len(found))
+        yield from found
 
 
 def _summarise(item, cfg: CurationConfig):
-    traj, chunks = item
-    chunks = list(chunks)
-    yield trajectory_summary(traj, chunks, cfg)
-    yield beam.pvalue.TaggedOutput("steps", (traj, [(c.shard, c.domain, s) for c in chunks for s in c.steps]))
+    summary, steps = plain.summarise(item[0], item[1], cfg)
+    yield summary
+    yield beam.pvalue.TaggedOutput("steps", (item[0], steps))
 
 
 class ExactDuplicates(beam.PTransform):
@@ -138,13 +91,10 @@ class ExactDuplicates(beam.PTransform):
 
     def expand(self, summaries):
         def pick(item):
-            _, members = item
-            members = sorted(members, key=lambda s: s.order)
-            keeper = members[0]
+            keeper, dropped = plain.pick_keeper(item[1])
             yield keeper
-            for m in members[1:]:
-                rejection = Rejection("exact_dedup", "exact_duplicate", f"exact duplicate of {keeper.trajectory}")
-                yield beam.pvalue.TaggedOutput("dropped", (m.trajectory, rejection))
+            for d in dropped:
+                yield beam.pvalue.TaggedOutput("dropped", d)
 
         return (
             summaries
@@ -155,49 +105,48 @@ class ExactDuplicates(beam.PTransform):
 
 
 class NearDuplicates(beam.PTransform):
-    """(node, MinHash signature bytes) -> (node, cluster label) for every node with a
-    confirmed near-duplicate edge; nodes sort by age (an ``Order`` as a plain tuple, so the
-    label is the earliest member).
-
-    Band buckets carry node names only; each bucket confirms its own candidate pairs by
-    Jaccard (``minhash.similar_pairs``) against the pass's signatures, a side input of
-    about 1 KB a trajectory. Only confirmed edges leave a bucket, so memory follows the
-    pass's trajectories, not its candidate pairs (which grow with shared bands)."""
+    """(key, ``neardup.Node``) -> a ``neardup.Verdict`` per dropped node, as
+    ``neardup.near_duplicates`` decides in one process: band buckets (node keys only)
+    give candidate edges checked against the signatures (a side input of about 1 KB a
+    node); components of the edges are labelled by hash-to-min rounds; each component's
+    nodes meet, with their shingle sets, in one worker for the greedy exact assignment."""
 
     def __init__(self, near: NearDedup) -> None:
         super().__init__()
         self.near = near
 
-    def expand(self, signatures):
+    def expand(self, nodes):
         nd = self.near
-
-        def bands(item):
-            node, sig = item
-            for key in minhash.band_keys(np.frombuffer(sig, dtype=np.uint64), nd.bands, nd.rows):
-                yield key, node
-
-        sigs = beam.pvalue.AsDict(signatures)
+        sigs = beam.pvalue.AsDict(nodes | "Signatures" >> beam.Map(lambda kv: (kv[0], kv[1].sig)))
         edges = (
-            signatures
-            | "BandKeys" >> beam.FlatMap(bands)
+            nodes
+            | "BandKeys" >> beam.FlatMap(lambda kv: [(band, kv[0]) for band in neardup.band_keys(kv[1], nd)])
             | "GroupByBand" >> beam.GroupByKey()
-            | "ConfirmInBucket" >> beam.FlatMap(_confirm_bucket, sigs, nd.threshold)
+            | "Candidates" >> beam.FlatMap(lambda item, sigs: neardup.bucket_edges(item[1], sigs, nd), sigs)
             | "UniqueEdges" >> beam.Distinct()
         )
-        return edges | "Components" >> ConnectedComponents(nd.max_components_rounds)
-
-
-def _confirm_bucket(item, sigs: dict[tuple, bytes], threshold: float):
-    """One band bucket -> its confirmed near-duplicate edges (most buckets hold one node)."""
-    members = sorted(set(item[1]))
-    if len(members) > 1:
-        matrix = np.stack([np.frombuffer(sigs[m], np.uint64) for m in members])
-        yield from minhash.similar_pairs(members, matrix, threshold)
+        labels = edges | "Components" >> ConnectedComponents(nd.max_components_rounds)
+        members = (
+            {"node": nodes, "label": labels}
+            | "NodeLabels" >> beam.CoGroupByKey()
+            | "NodeGroups"
+            >> beam.FlatMap(lambda item: [(label, (item[0], node)) for label in item[1]["label"] for node in item[1]["node"]])
+        )
+        group_edges = (
+            {"edge": edges | "EdgeByNode" >> beam.Map(lambda e: (e[0], e)), "label": labels}
+            | "EdgeLabels" >> beam.CoGroupByKey()
+            | "EdgeGroups" >> beam.FlatMap(lambda item: [(lb, e) for lb in item[1]["label"] for e in item[1]["edge"]])
+        )
+        return (
+            {"members": members, "edges": group_edges}
+            | "Groups" >> beam.CoGroupByKey()
+            | "Assign" >> beam.FlatMap(lambda item: neardup.assign(item[1]["members"], item[1]["edges"], nd.threshold))
+        )
 
 
 class ConnectedComponents(beam.PTransform):
-    """Undirected edges -> (node, smallest node of its component), by ``rounds`` of
-    min-label propagation (hash-to-min); enough for the short chains near-duplicates form."""
+    """Undirected edges -> (node, smallest node within ``rounds + 1`` hops), by ``rounds``
+    of min-label propagation (hash-to-min; ``neardup.min_labels`` gives the same labels)."""
 
     def __init__(self, rounds: int) -> None:
         super().__init__()
@@ -222,94 +171,55 @@ def _spread(item):
         yield neighbour, label
 
 
-def _node(s: TrajectorySummary) -> tuple[tuple, bytes]:
-    """A summary as a near-duplicate node: its order as a plain tuple, which Beam encodes
-    deterministically as a key (a NamedTuple key falls back to pickling, with a warning)."""
-    return tuple(s.order), s.sig
-
-
-def _traj_of(node: tuple) -> str:
-    return Order(*node).trajectory
-
-
-def _near_verdict(item):
-    node, label = item
-    if label != node:
-        yield _traj_of(node), Rejection("near_dedup", "near_duplicate", f"near duplicate of {_traj_of(label)}")
-
-
 def _step_decisions(item):
-    """A trajectory's steps with its verdict -> (state-action key, decision) per step, and
-    its summary (tagged ``kept``) if the trajectory is kept."""
-    traj, grouped = item
-    verdicts = sorted(grouped["rejected"])
-    clusters = list(grouped["cluster"])
-    cluster = clusters[0] if clusters else None
-    for steps in grouped["steps"]:
-        for shard, domain, s in steps:
-            if verdicts:
-                stage, reason, detail = verdicts[0]
-                d = Decision(s.transition_id, traj, domain, "rejected", shard, stage, reason, detail, cluster=cluster)
-            else:
-                d = Decision(s.transition_id, traj, domain, "kept", shard, cluster=cluster, flags=s.flags)
-            d = d._replace(state_action=s.state_action, transition_key=s.transition_key, order=s.order, words=s.words)
-            yield s.state_action, ("cur", d)
-    if not verdicts:
-        for summary in grouped["summary"]:
-            yield beam.pvalue.TaggedOutput("kept", summary)
+    traj, g = item
+    decisions, kept = plain.step_decisions(traj, g["rejected"], g["cluster"], g["steps"], g["summary"])
+    yield from decisions
+    for summary in kept:
+        yield beam.pvalue.TaggedOutput("kept", summary)
 
 
 def decide(summaries, steps, cfg: CurationConfig):
     """Trajectory summaries (this pass's and earlier kept ones) and this pass's steps ->
-    ((state-action key, ("cur", decision)) per step, kept summaries of this pass)."""
+    ((state-action key, ("cur", decision)) per step, kept summaries of this pass); the
+    same as ``decide.decide`` in one process."""
     split = summaries | "SplitProblems" >> beam.FlatMap(
         lambda s: [beam.pvalue.TaggedOutput("dropped", (s.trajectory, s.problem))] if s.problem else [s]
     ).with_outputs("dropped", main="ok")
-    dropped, kept = [split.dropped], split.ok
+    kept, final = split.ok, []
+    copies = None
     if cfg.exact_dedup.enabled and cfg.exact_dedup.trajectories:
         exact = kept | "Exact" >> ExactDuplicates()
-        dropped.append(exact.dropped)
-        kept = exact.kept
+        kept, copies = exact.kept, exact.dropped
+    if cfg.near_dedup.enabled:
+        near = (
+            kept
+            | "Nodes" >> beam.Map(lambda s: s.node())
+            | "Near" >> NearDuplicates(cfg.near_dedup)
+            | "NearRejections" >> beam.Map(plain.near_rejection)
+        )
+        final.append(near)
+        if copies is not None:  # an exact copy of a keeper dropped as a near duplicate names the keeper's partner
+            copies = (
+                {"copies": copies | "CopiesByKeeper" >> beam.Map(lambda c: (c[1].partner, c)), "near": near}
+                | "KeeperVerdicts" >> beam.CoGroupByKey()
+                | "SettleExact" >> beam.FlatMap(lambda item: plain.settle_exact(item[1]["copies"], item[1]["near"]))
+            )
+    if copies is not None:
+        final.append(copies)
+    duplicates = final | "AllDuplicates" >> beam.Flatten()
     joined = {
         "steps": steps,
         "summary": summaries
         | "CurrentByTraj" >> beam.FlatMap(lambda s: [(s.trajectory, s)] if s.order.rank == THIS_CURATION else []),
+        "cluster": duplicates | "ClusterLabels" >> beam.FlatMap(plain.cluster_labels) | "UniqueLabels" >> beam.Distinct(),
+        "rejected": (split.dropped, duplicates) | "AllDropped" >> beam.Flatten(),
     }
-    if cfg.near_dedup.enabled:
-        labels = kept | "Nodes" >> beam.Map(_node) | "Near" >> NearDuplicates(cfg.near_dedup)
-        dropped.append(labels | "NearVerdicts" >> beam.FlatMap(_near_verdict))
-        joined["cluster"] = labels | "ClusterByTraj" >> beam.Map(lambda kv: (_traj_of(kv[0]), _traj_of(kv[1])))
-    else:
-        joined["cluster"] = steps | "NoClusters" >> beam.FlatMap(lambda _: [])
-    joined["rejected"] = dropped | "AllDropped" >> beam.Flatten()
     return (
         joined
         | "JoinDecisions" >> beam.CoGroupByKey()
         | "StepDecisions" >> beam.FlatMap(_step_decisions).with_output_types(Any).with_outputs("kept", main="decisions")
     )
-
-
-def mark_steps(item, mark_repeats: bool, threshold: float):
-    """One (state, action) group: earlier curations' kept steps (``prev``) and this pass's
-    decisions (``cur``) -> this pass's decisions with repeat and non-determinism marks."""
-    _, members = item
-    prev: list[KeptStep] = [r for tag, r in members if tag == "prev"]
-    cur: list[Decision] = sorted((d for tag, d in members if tag == "cur"), key=lambda d: (d.order, d.transition_id))
-    first: dict[str, str] = {}
-    for r in sorted(prev, key=lambda r: (r.order, r.transition_id)):
-        first.setdefault(r.transition_key, r.transition_id)
-    everyone = [np.frombuffer(r.words, np.uint32) for r in prev] + [np.frombuffer(d.words, np.uint32) for d in cur]
-    flagged = logic.nondeterministic(everyone, threshold) if len(everyone) > 1 else set()
-    for i, d in enumerate(cur):
-        if d.kept:
-            keeper = first.setdefault(d.transition_key, d.transition_id)
-            if mark_repeats and keeper != d.transition_id:
-                d = d._replace(duplicate_of=keeper)
-            if len(prev) + i in flagged:
-                d = d._replace(flags=(*d.flags, "nondeterministic"))
-        else:
-            d = d._replace(words=None)  # only kept steps go into the index
-        yield d
 
 
 def build(
@@ -341,9 +251,7 @@ def build(
     previous = previous or {}
     if previous.get("traj"):
         nd = cfg.near_dedup
-        keys = summaries | "CurrentKeys" >> beam.FlatMap(
-            lambda s: [s.key, *minhash.band_keys(np.frombuffer(s.sig, np.uint64), nd.bands, nd.rows)]
-        )
+        keys = summaries | "CurrentKeys" >> beam.FlatMap(plain.current_keys, nd)
         earlier = (
             pipeline
             | "PreviousTraj" >> beam.Create(previous["traj"])
@@ -364,7 +272,7 @@ def build(
         groups
         | "WithPreviousSteps" >> beam.Flatten()
         | "GroupStateAction" >> beam.GroupByKey()
-        | "MarkSteps" >> beam.FlatMap(mark_steps, mark_repeats, cfg.quality.nondeterminism_jaccard)
+        | "MarkSteps" >> beam.FlatMap(plain.mark_steps, mark_repeats, cfg.quality.nondeterminism_jaccard)
     )
     return (marked, read[QUARANTINE]) | "WithQuarantine" >> beam.Flatten(), decided.kept
 
@@ -408,3 +316,49 @@ class WriteShards(beam.PTransform):
             | "GroupByShard" >> beam.CoGroupByKey()
             | "WriteShard" >> beam.ParDo(self.write)
         )
+
+
+def near_duplicates_on_beam(
+    docs: list[tuple[str, str]], nd: NearDedup, domain: str, beam_args: list[str] | None = None
+) -> list[neardup.Verdict]:
+    """``neardup.dedup_documents`` on Beam: the documents go to workers as JSONL files of
+    about 2,000 each (texts never enter the pipeline graph), each file's documents become
+    nodes there (``neardup.document_nodes``), and ``NearDuplicates`` decides."""
+    import json
+    import tempfile
+
+    from pipelines.beam_options import beam_options
+
+    per_file = 2000
+    with tempfile.TemporaryDirectory(prefix="trajforge-neardup-") as tmp:
+        files = []
+        for start in range(0, len(docs), per_file):
+            path = Path(tmp, f"docs-{start:012d}.jsonl")
+            with open(path, "w", encoding="utf-8") as f:
+                for doc_id, text in docs[start : start + per_file]:
+                    f.write(json.dumps([doc_id, text]) + "\n")
+            files.append((start, str(path)))
+
+        def nodes(item):
+            start, path = item
+            with open(path, encoding="utf-8") as f:
+                batch = [tuple(json.loads(line)) for line in f]
+            return neardup.document_nodes(batch, nd, start, domain)
+
+        out = Path(tmp, "verdicts")
+        with beam.Pipeline(options=beam_options(beam_args)) as p:
+            _ = (
+                p
+                | "Files" >> beam.Create(files)
+                | "Reshuffle" >> beam.Reshuffle()
+                | "DocumentNodes" >> beam.FlatMap(nodes)
+                | "Near" >> NearDuplicates(nd)
+                | "AsJson" >> beam.Map(lambda v: json.dumps([list(v.key), list(v.partner), v.similarity, v.partner_last_step]))
+                | "Write" >> beam.io.WriteToText(str(out))
+            )
+        verdicts = []
+        for part in sorted(Path(tmp).glob("verdicts*")):
+            for line in part.read_text().splitlines():
+                key, partner, similarity, last = json.loads(line)
+                verdicts.append(neardup.Verdict(tuple(key), tuple(partner), similarity, last))
+    return sorted(verdicts)

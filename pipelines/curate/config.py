@@ -30,12 +30,13 @@ class ExactDedup(Strict):
 class NearDedup(Strict):
     enabled: bool = True
     num_perm: int = Field(128, ge=8, le=1024)
-    bands: int = Field(16, ge=1)
-    rows: int = Field(8, ge=1)
-    threshold: float = Field(0.8, ge=0.0, le=1.0)  # Jaccard that confirms a candidate pair
+    # 32 x 4: a pair at Jaccard 0.65 shares a band with probability 0.998 (the exact check decides)
+    bands: int = Field(32, ge=1)
+    rows: int = Field(4, ge=1)
+    threshold: float = Field(0.7, ge=0.0, le=1.0)  # exact Jaccard of the shingle sets at which a copy is dropped
     char_ngram: int = Field(5, ge=1, le=64)
-    word_ngram: int = Field(3, ge=1, le=32)
-    word_domains: list[str] = Field(default_factory=lambda: ["search", "web", "mcp"])  # prose-like text
+    word_ngram: int = Field(5, ge=1, le=32)
+    word_domains: list[str] = Field(default_factory=lambda: list(DOMAINS))  # the others: character n-grams
     max_components_rounds: int = Field(12, ge=1, le=64)
 
     @model_validator(mode="after")

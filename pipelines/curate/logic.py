@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.curate import minhash, scrub
-from pipelines.curate.config import NearDedup, Quality
+from pipelines.curate.config import Quality
 from schemas.transition import ANSI, Observation, Transition, mask_volatile
 
 # -- normalise ----------------------------------------------------------------------------------
@@ -71,20 +71,7 @@ def trajectory_key(transition_keys: Iterable[str]) -> str:
 
 
 # -- near duplicates ----------------------------------------------------------------------------
-# Shingles and MinHash live in ``pipelines.curate.minhash``; these take the config.
-shingle_hashes = minhash.shingle_hashes
-estimated_jaccard = minhash.estimated_jaccard
-
-
-def signature(hashes: np.ndarray, cfg: NearDedup) -> np.ndarray:
-    """A 64-bit MinHash signature (datasketch's affine64 scheme) of precomputed shingle hashes."""
-    return minhash.signature(hashes, cfg.num_perm)
-
-
-def band_keys(sig: np.ndarray, cfg: NearDedup) -> list[str]:
-    return minhash.band_keys(sig, cfg.bands, cfg.rows)
-
-
+# Shingle sets, signatures and the greedy exact assignment live in ``pipelines.curate.neardup``.
 WORDS_PERM = 32
 
 
@@ -97,25 +84,6 @@ def word_signature(text: str) -> np.ndarray:
 def word_signatures(texts: Sequence[str]) -> np.ndarray:
     docs = [minhash.shingles(t, words=True, n=1) for t in texts]
     return minhash.hasher(WORDS_PERM).signatures(docs).astype(np.uint32)
-
-
-def components(edges: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Connected components; each node maps to the smallest id in its component."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in edges:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            lo, hi = sorted((ra, rb))
-            parent[hi] = lo
-    return {x: find(x) for x in parent}
 
 
 # -- quality ------------------------------------------------------------------------------------
@@ -180,7 +148,7 @@ def nondeterministic(word_signatures: Sequence[np.ndarray], threshold: float) ->
     flagged = set()
     for i in range(len(word_signatures)):
         for j in range(i + 1, len(word_signatures)):
-            if estimated_jaccard(word_signatures[i], word_signatures[j]) < threshold:
+            if minhash.estimated_jaccard(word_signatures[i], word_signatures[j]) < threshold:
                 flagged.update((i, j))
     return flagged
 

@@ -49,13 +49,22 @@ ATTRIBUTES = pa.schema(
         ("reason", pa.string()),
         ("detail", pa.string()),
         ("duplicate_of", pa.string()),
+        ("similarity", pa.float64()),
         ("cluster", pa.string()),
         ("flags", pa.list_(pa.string())),
         ("exclude_as_target", pa.bool_()),
     ]
 )
 TRAJ_INDEX = pa.schema(
-    [("traj", pa.string()), ("domain", pa.string()), ("order", pa.string()), ("key", pa.string()), ("sig", pa.binary())]
+    [
+        ("traj", pa.string()),
+        ("domain", pa.string()),
+        ("order", pa.string()),
+        ("key", pa.string()),
+        ("sig", pa.binary()),
+        ("shingles", pa.binary()),  # sorted distinct uint32 (``neardup.shingle_set``): exact Jaccard later
+        ("last_step", pa.int64()),
+    ]
 )
 STEPS_INDEX = pa.schema(
     [("sa", pa.string()), ("tkey", pa.string()), ("order", pa.string()), ("tid", pa.string()), ("words", pa.binary())]
@@ -210,6 +219,7 @@ def attribute(d: Decision) -> dict[str, Any]:
         "reason": d.reason,
         "detail": d.detail,
         "duplicate_of": d.duplicate_of,
+        "similarity": d.similarity,
         "cluster": d.cluster,
         "flags": flags,
         "exclude_as_target": bool(d.duplicate_of) or any(f.startswith("exclude:") for f in flags),

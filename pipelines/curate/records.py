@@ -21,9 +21,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipelines.curate import logic, minhash
+from pipelines.curate import logic, neardup
 from pipelines.curate.config import CurationConfig
-from schemas.transition import Observation, Transition
+from schemas.transition import Observation, Transition, transition_id
 
 THIS_CURATION, EARLIER = 1, 0
 
@@ -52,11 +52,20 @@ def order_of(t: Transition) -> Order:
 
 
 class Rejection(NamedTuple):
-    """Why a trajectory or transition is dropped: the stage, a ``pipelines.curate.reasons`` name, free text."""
+    """Why a trajectory or transition is dropped: the stage, a ``pipelines.curate.reasons``
+    name, free text; a duplicate also names the kept trajectory it copies (``partner``),
+    their similarity and the partner's last step (so each step names the partner's)."""
 
     stage: str
     reason: str
     detail: str
+    partner: str | None = None
+    similarity: float | None = None
+    partner_last_step: int = 0
+
+    def partner_step(self, step: int) -> str | None:
+        """The partner's transition matching ``step`` (its last one for a longer copy)."""
+        return None if self.partner is None else transition_id(self.partner, min(step, self.partner_last_step))
 
 
 class Step(NamedTuple):
@@ -87,6 +96,7 @@ class Chunk(NamedTuple):
     shard: int  # the piece index
     order: Order  # the earliest of the steps'
     sig: bytes  # num_perm x uint64
+    shingles: bytes  # the sorted distinct uint32 shingle set (``neardup.shingle_set``)
     steps: tuple[Step, ...]
 
 
@@ -102,14 +112,30 @@ class TrajectorySummary(NamedTuple):
     key: str  # ``logic.trajectory_key`` of its steps' transition keys
     sig: bytes
     problem: Rejection | None
+    shingles: bytes | None = None  # None: an index row written before shingle sets were kept
+    last_step: int = 0
 
     def index_row(self) -> dict[str, Any]:
-        return {"traj": self.trajectory, "domain": self.domain, "order": self.order.text(), "key": self.key, "sig": self.sig}
+        return {
+            "traj": self.trajectory,
+            "domain": self.domain,
+            "order": self.order.text(),
+            "key": self.key,
+            "sig": self.sig,
+            "shingles": self.shingles,
+            "last_step": self.last_step,
+        }
 
     @classmethod
     def from_index_row(cls, row: dict[str, Any]) -> TrajectorySummary:
         order = Order.parse(row["order"])._replace(rank=EARLIER)
-        return cls(row["traj"], row["domain"], order, -1, row["key"], row["sig"], None)
+        shingles, last = row.get("shingles"), row.get("last_step")
+        return cls(row["traj"], row["domain"], order, -1, row["key"], row["sig"], None, shingles, last or 0)
+
+    def node(self) -> tuple[tuple, neardup.Node]:
+        """The trajectory as a near-duplicate node: its order as a plain tuple, which Beam
+        encodes deterministically as a key (a NamedTuple key falls back to pickling)."""
+        return tuple(self.order), neardup.Node(self.sig, self.shingles, self.last_step)
 
 
 class KeptStep(NamedTuple):
@@ -140,6 +166,7 @@ class Decision(NamedTuple):
     reason: str | None = None
     detail: str | None = None
     duplicate_of: str | None = None
+    similarity: float | None = None  # to ``duplicate_of``: exact Jaccard, 1.0 for an exact copy
     cluster: str | None = None
     flags: tuple[str, ...] = ()
     state_action: str | None = None
@@ -188,27 +215,26 @@ def batch_chunks(
         by_traj.setdefault(t.trajectory_id, []).append(t)
     mask = _Masks()
     pending: list[tuple[str, str, list[Transition]]] = []
-    docs, next_texts = [], []
+    sets, next_texts = [], []
     for traj, members in by_traj.items():
         members.sort(key=lambda t: t.step)
-        words = members[0].domain in nd.word_domains
-        n = nd.word_ngram if words else nd.char_ngram
-        shingles = []
+        texts = []
         for t in members:
             text = t.action.canonical + "\n" + mask(t.next_state)
-            shingles.append(minhash.shingles(mask(t.state) + "\n" + text if t.step == 0 else text, words=words, n=n))
+            texts.append(mask(t.state) + "\n" + text if t.step == 0 else text)
             next_texts.append(mask(t.next_state))
-        docs.append(minhash.distinct(np.concatenate(shingles)))
+        sets.append(neardup.shingle_set(texts, nd, members[0].domain))
         pending.append((traj, members[0].domain, members))
-    sigs = minhash.hasher(nd.num_perm).signatures(docs) if docs else np.empty((0, nd.num_perm), np.uint64)
+    sigs = neardup.signatures(sets, nd)
     words_sigs = logic.word_signatures(next_texts) if next_texts else np.empty((0, logic.WORDS_PERM), np.uint32)
     chunks, k = [], 0
-    for (traj, domain, members), sig in zip(pending, sigs, strict=True):
+    for (traj, domain, members), sig, shingles in zip(pending, sigs, sets, strict=True):
         steps = []
         for t in members:
             steps.append(_step(t, mask, words_sigs[k].tobytes(), cfg, index))
             k += 1
-        chunks.append(Chunk(traj, domain, shard, min(s.order for s in steps), sig.tobytes(), tuple(steps)))
+        order = min(s.order for s in steps)
+        chunks.append(Chunk(traj, domain, shard, order, sig.tobytes(), shingles.tobytes(), tuple(steps)))
     return chunks
 
 
@@ -241,8 +267,10 @@ def trajectory_summary(traj: str, chunks: Sequence[Chunk], cfg: CurationConfig) 
     in order: decontamination first, then quality."""
     steps = sorted((s for c in chunks for s in c.steps), key=lambda s: s.step)
     sig = np.frombuffer(chunks[0].sig, dtype=np.uint64)
-    for c in chunks[1:]:
+    shingles = chunks[0].shingles
+    for c in chunks[1:]:  # a trajectory that spans batches: the signature of the union is the minimum
         sig = np.minimum(sig, np.frombuffer(c.sig, dtype=np.uint64))
+        shingles = neardup.union(shingles, c.shingles)
     problem = None
     if cfg.decontaminate.enabled:
         problem = next((Rejection("decontaminate", *s.contamination) for s in steps if s.contamination), None)
@@ -257,4 +285,6 @@ def trajectory_summary(traj: str, chunks: Sequence[Chunk], cfg: CurationConfig) 
         key=logic.trajectory_key(s.transition_key for s in steps),
         sig=sig.tobytes(),
         problem=problem,
+        shingles=shingles,
+        last_step=steps[-1].step,
     )

@@ -307,8 +307,25 @@ def _in_own_process(fn, *args):
         return pool.submit(fn, *args).result()
 
 
-def curate(cfg: CurationConfig, store: Store | str, *, beam_args: list[str] | None = None, log=print) -> CurationReport:
-    """Curate the store's raw shards not curated yet (see the module docstring)."""
+ENGINES = ("auto", "local", "beam")
+
+
+def local_engine(engine: str, transitions: int, beam_args: list[str] | None) -> bool:
+    """Whether the passes run in this process (``decide.run_pass_local``) rather than on
+    Beam: ``auto`` picks this process for ``neardup.LOCAL_MAX`` transitions or fewer when
+    no Beam option was given (Beam's start-up alone costs seconds); the decisions are the same."""
+    from pipelines.curate.neardup import LOCAL_MAX
+
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    return engine == "local" or (engine == "auto" and transitions <= LOCAL_MAX and not beam_args)
+
+
+def curate(
+    cfg: CurationConfig, store: Store | str, *, beam_args: list[str] | None = None, engine: str = "auto", log=print
+) -> CurationReport:
+    """Curate the store's raw shards not curated yet (see the module docstring); ``engine``
+    as ``local_engine`` decides."""
     store = Store.open(store)
     sfs, layout = store.sfs, store.layout
     inputs = plan_inputs(store, cfg)
@@ -335,17 +352,24 @@ def curate(cfg: CurationConfig, store: Store | str, *, beam_args: list[str] | No
     previous = _previous_index(store, str(work))
     groups = pass_groups(pieces, cfg.max_transitions_per_pass)
     (work / "read").mkdir()
+    local = local_engine(engine, sum(p.rows for p in pieces), beam_args)
     for g, group in enumerate(groups):
         rows = sum(pieces[k].rows for k in group)
-        log(f"curation {cid}: Beam pass {g + 1}/{len(groups)} over {len(group)} pieces of shards ({rows} transitions)")
-        args = ({k: reads[k] for k in group}, store.uri, cfg, previous, reads, str(work), cid, beam_args)
+        how = "pass in this process" if local else "Beam pass"
+        log(f"curation {cid}: {how} {g + 1}/{len(groups)} over {len(group)} pieces of shards ({rows} transitions)")
+        args = ({k: reads[k] for k in group}, store.uri, cfg, previous, reads, str(work), cid)
         read_so_far, written = _pass_counters(work, {k: pieces[k].rows for k in group})
         with watch(f"curate pass {g + 1}/{len(groups)}", rows, read_so_far, unit="transitions", info=written):
-            counts = run_pass(*args) if len(groups) == 1 else _in_own_process(run_pass, *args)
+            if local:
+                from pipelines.curate.decide import run_pass_local
+
+                counts = run_pass_local(*args)
+            else:
+                counts = run_pass(*args, beam_args) if len(groups) == 1 else _in_own_process(run_pass, *args, beam_args)
         report.index_rows[str(g + 1)] = counts
         done = output.index_files(str(work), group)  # what this pass kept wins against later passes
         previous = {kind: previous[kind] + done[kind] for kind in previous}
-    report.seconds["beam"] = time.monotonic() - t0
+    report.seconds["passes"] = time.monotonic() - t0
 
     t1 = time.monotonic()
     log(f"curation {cid}: putting {len(inputs)} shards' outputs together")

@@ -10,19 +10,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pipelines.curate.config import NearDedup, Quality, Scrub, load_curation
+from pipelines.curate.config import Quality, Scrub, load_curation
 from pipelines.curate.logic import (
     EvalIndex,
-    band_keys,
-    components,
-    estimated_jaccard,
     nondeterministic,
     normalise,
     scrub_text,
     scrub_transition,
     secret_rows,
-    shingle_hashes,
-    signature,
     step_summary,
     trajectory_key,
     trajectory_problem,
@@ -30,7 +25,7 @@ from pipelines.curate.logic import (
     transition_key,
     word_signature,
 )
-from pipelines.curate.minhash import similar_pairs
+from pipelines.curate.minhash import estimated_jaccard, similar_pairs
 from schemas import Action, Observation, Provenance, Transition, VolatileSpan, transition_problems
 from schemas.errors import ConfigError
 
@@ -108,44 +103,6 @@ def test_13_gram_from_an_eval_file_is_caught(tmp_path):
     assert index.contamination([repo]) == ("contaminated_repo", "repo acme/x at abc is in bench.jsonl")
 
 
-def _labelled_corpus(seed=0, n_base=120):
-    """Known documents and known edits of them: (docs, true pairs at Jaccard >= 0.8)."""
-    rng = random.Random(seed)
-    vocab = [f"w{i}" for i in range(3000)]
-    docs = {}
-    for i in range(n_base):
-        words = rng.choices(vocab, k=rng.randint(150, 400))
-        docs[f"d{i:03d}"] = words
-        for j, rate in enumerate(rng.sample([0.0, 0.01, 0.02, 0.04, 0.1, 0.3], 3)):
-            edited = [rng.choice(vocab) if rng.random() < rate else w for w in words]
-            docs[f"d{i:03d}e{j}"] = edited
-    return {k: " ".join(v) for k, v in docs.items()}
-
-
-def test_near_duplicate_precision_and_recall_on_a_labelled_set():
-    cfg = NearDedup()  # the defaults: 128 permutations, 16 bands x 8 rows, threshold 0.8
-    docs = _labelled_corpus()
-    hashes = {k: shingle_hashes(v, words=False, n=cfg.char_ngram) for k, v in docs.items()}
-    grams = {k: set(h.tolist()) for k, h in hashes.items()}
-    sigs = {k: signature(h, cfg) for k, h in hashes.items()}
-    buckets: dict[str, list[str]] = {}
-    for k, s in sigs.items():
-        for b in band_keys(s, cfg):
-            buckets.setdefault(b, []).append(k)
-    found = {p for ks in buckets.values() for p in similar_pairs(ks, np.stack([sigs[k] for k in ks]), cfg.threshold)}
-    keys = sorted(docs)
-    truth = set()
-    for i, a in enumerate(keys):
-        for b in keys[i + 1 :]:
-            if a[:4] == b[:4] and len(grams[a] & grams[b]) / len(grams[a] | grams[b]) >= 0.8:
-                truth.add((a, b))
-    assert len(truth) > 100
-    recall = len(found & truth) / len(truth)
-    precision = len(found & truth) / len(found)
-    assert recall >= 0.9, recall
-    assert precision >= 0.95, precision
-
-
 def test_similar_pairs_confirms_a_buckets_pairs_like_the_pairwise_estimate():
     rng = np.random.default_rng(5)
     base = rng.integers(0, 1 << 63, size=10, dtype=np.uint64)
@@ -164,12 +121,6 @@ def test_similar_pairs_confirms_a_buckets_pairs_like_the_pairwise_estimate():
     assert len(found) == len(set(found))
     assert list(similar_pairs(["a"], matrix[:1], 0.8)) == []
     assert sorted(similar_pairs(names, matrix, 0.0)) == sorted(itertools.combinations(sorted(names), 2))
-
-
-def test_connected_components_are_deterministic():
-    comp = components([("c", "d"), ("b", "c"), ("x", "y"), ("a", "b")])
-    assert comp == {"a": "a", "b": "a", "c": "a", "d": "a", "x": "x", "y": "x"}
-    assert components([("a", "b"), ("b", "c"), ("c", "d"), ("x", "y")][::-1]) == comp
 
 
 def test_quality_drops_degenerate_trajectories_and_flags_steps():
