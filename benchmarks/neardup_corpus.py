@@ -441,7 +441,7 @@ def _base_documents(n: int, seed: int, log: Callable[[str], None]) -> tuple[list
     rng = random.Random(seed)
     pages = list_pages()
     # a 2 MB changelog gives thousands of chunks: a small corpus takes only its first few
-    per_file = max(20, n // 100)
+    per_file = max(20, n // 50)
     docs: list[tuple[str, str, str, str]] = []
     seen: set[str] = set()
     counts: dict[str, int] = defaultdict(int)
@@ -485,11 +485,22 @@ def build_corpus(n: int, seed: int, log: Callable[[str], None] = lambda s: None)
     vocab = sorted({w for d in base[:2000] for w in d[1].split() if w.isalpha() and 2 < len(w) < 12})
     free = list(order)
     rng.shuffle(free)
+    used: set[str] = set()
+    scanned: dict[str, int] = defaultdict(int)  # per test: how far down ``free`` it has looked
 
-    def take(ok: Callable[[str], bool]) -> str:
-        for i, doc in enumerate(free):
-            if ok(text_of[doc]):
-                return free.pop(i)
+    def take(test: str) -> str:
+        """The next unused document passing ``test``; each test scans ``free`` once in all."""
+        while scanned[test] < len(free):
+            doc = free[scanned[test]]
+            scanned[test] += 1
+            t = text_of[doc]
+            words = len(t.split())
+            ok = nonblank(t) >= 10 and words >= MIN_WORDS
+            if test == "numbers":  # at least 3 numbers, at most 3% of the words: a copy, not a new table
+                ok = ok and 3 <= len(_NUM.findall(t)) <= 0.03 * words
+            if ok and doc not in used:
+                used.add(doc)
+                return doc
         raise SystemExit("not enough source documents for the planted copies")
 
     def nonblank(t: str) -> int:
@@ -499,11 +510,7 @@ def build_corpus(n: int, seed: int, log: Callable[[str], None] = lambda s: None)
     for kind in KINDS:
         for j in range(per_kind):
             r = random.Random(f"{seed}:{kind}:{j}")
-            if kind == "changed_numbers":
-                # at least 3 numbers, and numbers at most 3% of the words: a copy, not a new table
-                src = take(lambda t: 3 <= len(_NUM.findall(t)) <= 0.03 * len(t.split()) and len(t.split()) >= MIN_WORDS)
-            else:
-                src = take(lambda t: nonblank(t) >= 10 and len(t.split()) >= MIN_WORDS)
+            src = take("numbers") if kind == "changed_numbers" else take("page")
             t = text_of[src]
             if kind == "exact":
                 new = t
@@ -529,16 +536,21 @@ def build_corpus(n: int, seed: int, log: Callable[[str], None] = lambda s: None)
             extra.append((cid, new, src))
     for j in range(n_neg):
         r = random.Random(f"{seed}:negative:{j}")
-        src = take(lambda t: nonblank(t) >= 10 and len(t.split()) >= MIN_WORDS)
-        while True:
+        src = take("page")
+        for attempt in range(10**6):
+            if attempt and attempt % 200 == 0:  # no donor makes this page a negative: another page
+                src = take("page")
             donor = r.choice(order)
             ok = corpus.family[donor] != corpus.family[src]
             ok = ok and len(text_of[donor].split()) >= len(text_of[src].split()) // 2
-            if ok and jaccard5(text_of[donor], text_of[src]) < 0.3:  # another page, not a sibling's copy
+            if not (ok and jaccard5(text_of[donor], text_of[src]) < 0.3):  # another page, not a sibling's copy
+                continue
+            new = hard_negative(text_of[src], r, text_of[donor])
+            if jaccard5(new, text_of[src]) < 0.65:  # shared licence text can put a donor's lines back
                 break
         cid = f"{src}~negative"
         corpus.negatives[cid] = src
-        extra.append((cid, hard_negative(text_of[src], r, text_of[donor]), src))
+        extra.append((cid, new, src))
     # each copy goes at a random place after its source: the source is the one to keep
     position = {doc: i for i, doc in enumerate(order)}
     slots: dict[int, list[tuple[str, str]]] = defaultdict(list)
