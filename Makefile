@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers sandboxes demo test test-unit lint bench-store bench-sandboxes bench-collect bench-curate bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub bench-security clean
+.PHONY: install system-deps mcp-servers sandboxes demo test test-unit lint bench-store bench-sandboxes bench-collect bench-curate bench-curate-small bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub bench-security clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -80,6 +80,9 @@ bench-collect: sandboxes
 
 bench-curate: install
 	$(PY) benchmarks/curate.py
+
+bench-curate-small: install
+	$(PY) benchmarks/curate_small.py
 
 # datatrove goes into a virtual environment of its own: a benchmark's baseline, not a dependency.
 # (xxhash < 4: datatrove 0.10.1 hashes str, which xxhash 4 refuses.)

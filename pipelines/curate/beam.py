@@ -321,7 +321,7 @@ class WriteShards(beam.PTransform):
 def near_duplicates_on_beam(
     docs: list[tuple[str, str]], nd: NearDedup, domain: str, beam_args: list[str] | None = None
 ) -> list[neardup.Verdict]:
-    """``neardup.dedup_documents`` on Beam: the documents go to workers as JSONL files of
+    """``documents.dedup_documents`` on Beam: the documents go to workers as JSONL files of
     about 2,000 each (texts never enter the pipeline graph), each file's documents become
     nodes there (``neardup.document_nodes``), and ``NearDuplicates`` decides."""
     import json

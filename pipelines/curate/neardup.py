@@ -25,7 +25,7 @@ workers; ``near_duplicates`` runs them in one process for small curations):
 
 Keys are tuples that sort in keep-priority order: the curation's ``Order`` (an earlier
 curation's kept trajectories first, rank 0, and never dropped), or ``(1, position, id)``
-for ``dedup_documents``.
+for ``documents.dedup_documents``.
 """
 
 from __future__ import annotations
@@ -190,27 +190,3 @@ def document_nodes(docs: Sequence[tuple[str, str]], nd: NearDedup, start: int = 
         ((1, f"{start + i:012d}", doc_id), Node(sig.tobytes(), s.tobytes()))
         for i, ((doc_id, _), s, sig) in enumerate(zip(docs, sets, sigs, strict=True))
     ]
-
-
-def dedup_documents(
-    docs: Sequence[tuple[str, str]],
-    nd: NearDedup | None = None,
-    *,
-    domain: str = "web",
-    runner: str = "auto",
-    beam_args: list[str] | None = None,
-) -> dict[str, tuple[str, float]]:
-    """The stage on plain documents (id, text), in keep-priority order (an earlier one is
-    kept over its later copies): ``{dropped id: (kept partner id, exact Jaccard)}``.
-    ``runner``: ``local`` (this process), ``beam`` (``beam.NearDuplicates`` on Beam's
-    runner, ``beam_args`` or in-process multi-process), ``auto`` (local up to ``LOCAL_MAX``)."""
-    nd = nd or NearDedup()
-    if runner not in ("auto", "local", "beam"):
-        raise ValueError(f"runner must be auto, local or beam, got {runner!r}")
-    if runner == "local" or (runner == "auto" and len(docs) <= LOCAL_MAX):
-        verdicts = near_duplicates(document_nodes(docs, nd, domain=domain), nd)
-    else:
-        from pipelines.curate.beam import near_duplicates_on_beam
-
-        verdicts = near_duplicates_on_beam(docs, nd, domain, beam_args)
-    return {v.key[2]: (v.partner[2], v.similarity) for v in verdicts}

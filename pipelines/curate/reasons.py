@@ -39,7 +39,7 @@ REASONS: dict[str, str] = {
     "all_actions_failed": "every action of the trajectory failed",
     # dedup: a copy of an earlier kept trajectory (of this or an earlier curation)
     "exact_duplicate": "the same trajectory (masked states, actions, observations) as an earlier kept one",
-    "near_duplicate": "a MinHash near-duplicate of an earlier kept trajectory (near_dedup.threshold)",
+    "near_duplicate": "a near-duplicate (exact Jaccard >= near_dedup.threshold) of an earlier kept trajectory",
 }
 
 _BY_FIELD = {

@@ -13,6 +13,7 @@ import pytest
 
 from pipelines.curate import neardup
 from pipelines.curate.config import CurationConfig, NearDedup
+from pipelines.curate.documents import dedup_documents
 from pipelines.curate.run import curate
 from pipelines.query import run_query
 from pipelines.store import StoreWriter
@@ -45,13 +46,13 @@ def test_a_chain_is_not_collapsed_onto_its_first_member():
     docs = [("a", " ".join(a)), ("b", " ".join(b)), ("c", " ".join(c))]
     ab, bc, ac = jaccard(docs[0][1], docs[1][1]), jaccard(docs[1][1], docs[2][1]), jaccard(docs[0][1], docs[2][1])
     assert ab >= ND.threshold and bc >= ND.threshold and ac < ND.threshold, (ab, bc, ac)
-    removed = neardup.dedup_documents(docs, ND, runner="local")
+    removed = dedup_documents(docs, ND, runner="local")
     assert removed == {"b": ("a", pytest.approx(ab))}  # C stays: its one match, B, is gone
     # a chain that never closes: each page a block edit of the one before
     chain = [a]
     for i in range(8):
         chain.append(replace_block(chain[-1], (i * 45) % 350, 50, rng))
-    removed = neardup.dedup_documents([(f"p{i}", " ".join(p)) for i, p in enumerate(chain)], ND, runner="local")
+    removed = dedup_documents([(f"p{i}", " ".join(p)) for i, p in enumerate(chain)], ND, runner="local")
     for dropped, (partner, similarity) in removed.items():
         assert partner not in removed  # every partner is kept
         assert similarity == jaccard(" ".join(chain[int(dropped[1:])]), " ".join(chain[int(partner[1:])])) >= ND.threshold
@@ -71,7 +72,7 @@ def test_a_template_family_keeps_every_page():
         pages.append((f"EVP_CIPHER-{i}", " ".join(page)))
     best = max(jaccard(x[1], y[1]) for x in pages for y in pages if x is not y)
     assert best < ND.threshold
-    assert neardup.dedup_documents(pages, ND, runner="local") == {}
+    assert dedup_documents(pages, ND, runner="local") == {}
 
 
 def test_a_rewrapped_copy_is_an_exact_match_of_its_source():
@@ -80,7 +81,7 @@ def test_a_rewrapped_copy_is_an_exact_match_of_its_source():
     source = "\n".join(" ".join(ws[i : i + 12]) for i in range(0, 300, 12))
     rewrapped = "\n\n    ".join(" \t ".join(ws[i : i + 7]) for i in range(0, 300, 7)) + "\n"
     other = " ".join(words(rng, 300))
-    removed = neardup.dedup_documents([("src", source), ("other", other), ("wrap", rewrapped)], ND, runner="local")
+    removed = dedup_documents([("src", source), ("other", other), ("wrap", rewrapped)], ND, runner="local")
     assert removed == {"wrap": ("src", 1.0)}
 
 
@@ -90,9 +91,9 @@ def test_volatile_noise_is_masked_and_the_best_kept_match_is_named():
     base = " ".join(ws)
     run1 = base + "\nstarted 2026-12-04T18:56:37Z pid 48213 in /tmp/tmpa8f3kd0q took 0.42s\n"
     run2 = base + "\nstarted 2026-12-05T09:01:12Z pid 977 in /tmp/tmpzz81kq3w took 12.5s\n"
-    assert neardup.dedup_documents([("run1", run1), ("run2", run2)], ND, runner="local") == {"run2": ("run1", 1.0)}
+    assert dedup_documents([("run1", run1), ("run2", run2)], ND, runner="local") == {"run2": ("run1", 1.0)}
     closer = " ".join(replace_block(ws, 10, 10, rng))
-    removed = neardup.dedup_documents([("closer", closer), ("base", base), ("run1", run1)], ND, runner="local")
+    removed = dedup_documents([("closer", closer), ("base", base), ("run1", run1)], ND, runner="local")
     # run1 matches base best, but base is dropped (against the earlier closer): run1 names the kept one
     assert removed["base"][0] == "closer" and removed["run1"][0] == "closer"
     assert removed["run1"][1] == jaccard(run1, closer) < jaccard(run1, base)
@@ -121,9 +122,9 @@ def test_documents_decide_the_same_on_beam_and_in_this_process():
         docs.append((f"d{i}", " ".join(ws)))
         if i % 3 == 0:
             docs.append((f"d{i}-copy", " ".join(replace_block(ws, 5, max(1, len(ws) // rng.randint(8, 30)), rng))))
-    local = neardup.dedup_documents(docs, ND, runner="local")
+    local = dedup_documents(docs, ND, runner="local")
     assert len(local) >= 10
-    assert neardup.dedup_documents(docs, ND, runner="beam", beam_args=IN_MEMORY) == local
+    assert dedup_documents(docs, ND, runner="beam", beam_args=IN_MEMORY) == local
 
 
 def _trajectory(traj: str, screens: list[str], run: str, minute: int) -> list[Transition]:
@@ -180,9 +181,7 @@ def test_rejected_duplicates_name_their_kept_partner_step_by_step(tmp_path):
 
 def _tree_files(root: Path) -> dict[str, Path]:
     return {
-        str(p.relative_to(root)): p
-        for p in root.rglob("*")
-        if p.is_file() and p.name != "report.json" and "_work" not in p.parts
+        str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file() and p.name != "report.json" and "_work" not in p.parts
     }
 
 
