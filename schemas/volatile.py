@@ -25,10 +25,44 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+def _table(classes: dict[bytes, str]) -> bytes:
+    return bytes(next((ord(to) for chars, to in classes.items() if i in chars), ord(".")) for i in range(256))
+
+
+_HEX = _table({b"0123456789abcdef": "x"})
+_DURATION = _table({b"0123456789": "0", b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f": " ", b"ms": "m"})
+_UUID_CORE = re.compile(r"-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-", re.I)
+_DATE_CORE = re.compile(r"-\d\d-\d\d[T ]\d\d:")
+_CLOCK = re.compile(r":\d\d")
+
+
+def _candidates(text: str) -> list[bool]:
+    """For each pattern, whether it can match at all, by cheap necessary conditions (a
+    literal-led search or a byte translation), so that most texts skip most scans.
+    Never false where the pattern would match: non-ASCII texts (other digits, blanks and
+    case folds) skip only by the regular-expression searches."""
+    ascii_text = text.isascii()
+    data = text.encode() if ascii_text else b""
+    clock = _CLOCK.search(text) is not None
+    lower = text.lower()
+    return [
+        _UUID_CORE.search(text) is not None,
+        _DATE_CORE.search(text) is not None,
+        clock,
+        clock,
+        not ascii_text or b"x" * 40 in data.translate(_HEX),
+        "/tmp/" in text,
+        not ascii_text or any(c in data.translate(_DURATION) for c in (b"0m", b"0 m")),
+        not ascii_text or "pid" in lower or "process " in lower,
+    ]
+
+
 def detect_spans(text: str) -> tuple[VolatileSpan, ...]:
     """Non-overlapping spans, earliest first; the first pattern to claim a range wins."""
     taken: list[tuple[int, int, str]] = []
-    for kind, pattern in _PATTERNS:
+    for (kind, pattern), maybe in zip(_PATTERNS, _candidates(text), strict=True):
+        if not maybe:
+            continue
         for m in pattern.finditer(text):
             start, end = m.span()
             if start < end and all(end <= s or start >= e for s, e, _ in taken):

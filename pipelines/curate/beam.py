@@ -106,10 +106,12 @@ class ExactDuplicates(beam.PTransform):
 
 class NearDuplicates(beam.PTransform):
     """(key, ``neardup.Node``) -> a ``neardup.Verdict`` per dropped node, as
-    ``neardup.near_duplicates`` decides in one process: band buckets (node keys only)
-    give candidate edges checked against the signatures (a side input of about 1 KB a
-    node); components of the edges are labelled by hash-to-min rounds; each component's
-    nodes meet, with their shingle sets, in one worker for the greedy exact assignment."""
+    ``neardup.near_duplicates`` decides in one process. Batches of nodes give each band
+    their rows (one element per band and batch, not per node); a band's buckets give
+    candidate edges checked against the signatures (a side input of about 1 KB a node);
+    the edges, few, are labelled into components in one worker (``neardup.min_labels``);
+    each component's nodes meet, with their shingle sets, in one worker for the greedy
+    exact assignment."""
 
     def __init__(self, near: NearDedup) -> None:
         super().__init__()
@@ -120,55 +122,25 @@ class NearDuplicates(beam.PTransform):
         sigs = beam.pvalue.AsDict(nodes | "Signatures" >> beam.Map(lambda kv: (kv[0], kv[1].sig)))
         edges = (
             nodes
-            | "BandKeys" >> beam.FlatMap(lambda kv: [(band, kv[0]) for band in neardup.band_keys(kv[1], nd)])
+            | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
+            | "BandSlices" >> beam.FlatMap(neardup.band_slices, nd)
             | "GroupByBand" >> beam.GroupByKey()
-            | "Candidates" >> beam.FlatMap(lambda item, sigs: neardup.bucket_edges(item[1], sigs, nd), sigs)
+            | "Buckets" >> beam.FlatMapTuple(neardup.band_buckets)
+            | "Candidates" >> beam.FlatMap(lambda bucket, sigs: neardup.bucket_edges(bucket, sigs, nd), sigs)
             | "UniqueEdges" >> beam.Distinct()
         )
-        labels = edges | "Components" >> ConnectedComponents(nd.max_components_rounds)
-        members = (
-            {"node": nodes, "label": labels}
-            | "NodeLabels" >> beam.CoGroupByKey()
-            | "NodeGroups"
-            >> beam.FlatMap(lambda item: [(label, (item[0], node)) for label in item[1]["label"] for node in item[1]["node"]])
+        labels = beam.pvalue.AsDict(
+            edges
+            | "AllEdges" >> beam.combiners.ToList()
+            | "Components" >> beam.FlatMap(lambda es: neardup.min_labels(es, nd.max_components_rounds).items())
         )
-        group_edges = (
-            {"edge": edges | "EdgeByNode" >> beam.Map(lambda e: (e[0], e)), "label": labels}
-            | "EdgeLabels" >> beam.CoGroupByKey()
-            | "EdgeGroups" >> beam.FlatMap(lambda item: [(lb, e) for lb in item[1]["label"] for e in item[1]["edge"]])
-        )
+        members = nodes | "NodeGroups" >> beam.FlatMap(lambda kv, lab: [(lab[kv[0]], kv)] if kv[0] in lab else [], labels)
+        group_edges = edges | "EdgeGroups" >> beam.Map(lambda e, lab: (lab[e[0]], e), labels)
         return (
             {"members": members, "edges": group_edges}
             | "Groups" >> beam.CoGroupByKey()
             | "Assign" >> beam.FlatMap(lambda item: neardup.assign(item[1]["members"], item[1]["edges"], nd.threshold))
         )
-
-
-class ConnectedComponents(beam.PTransform):
-    """Undirected edges -> (node, smallest node within ``rounds + 1`` hops), by ``rounds``
-    of min-label propagation (hash-to-min; ``neardup.min_labels`` gives the same labels)."""
-
-    def __init__(self, rounds: int) -> None:
-        super().__init__()
-        self.rounds = rounds
-
-    def expand(self, edges):
-        both = edges | "BothWays" >> beam.FlatMap(lambda e: [e, (e[1], e[0])])
-        labels = both | "StartLabels" >> beam.Map(lambda e: (e[0], min(e)))
-        labels = labels | "StartMin" >> beam.CombinePerKey(min)
-        for i in range(self.rounds):
-            spread = {"edges": both, "label": labels} | f"Join{i}" >> beam.CoGroupByKey() | f"Spread{i}" >> beam.FlatMap(_spread)
-            labels = spread | f"Min{i}" >> beam.CombinePerKey(min)
-        return labels
-
-
-def _spread(item):
-    node, grouped = item
-    labels = list(grouped["label"])
-    label = min(labels) if labels else node
-    yield node, label
-    for neighbour in grouped["edges"]:
-        yield neighbour, label
 
 
 def _step_decisions(item):

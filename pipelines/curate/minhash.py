@@ -165,13 +165,36 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> list[str]:
     return [f"{b}:{hashlib.blake2b(sig[b * rows : (b + 1) * rows].tobytes(), digest_size=12).hexdigest()}" for b in range(bands)]
 
 
+def band_buckets(keys: Sequence, band: np.ndarray) -> Iterator[list]:
+    """One band's buckets of two or more members: the ``keys`` whose rows of the band
+    (``band``: ``(len(keys), rows)``, row for row) are equal, by one sort of the rows
+    (exact equality, no hashing)."""
+    if len(keys) < 2:
+        return
+    band = np.ascontiguousarray(band)
+    rows = band.view(np.dtype((np.void, band.dtype.itemsize * band.shape[1]))).ravel()
+    _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    shared = np.flatnonzero(counts[inverse] > 1)
+    if not shared.size:
+        return
+    shared = shared[np.argsort(inverse[shared], kind="stable")]
+    cuts = np.flatnonzero(np.diff(inverse[shared])) + 1
+    for bucket in np.split(shared, cuts):
+        yield [keys[i] for i in bucket]
+
+
 def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.count_nonzero(a == b)) / len(a)
 
 
-def similar_pairs(nodes: Sequence[str], sigs: np.ndarray, threshold: float) -> Iterator[tuple[str, str]]:
+def similar_pairs(
+    nodes: Sequence[str], sigs: np.ndarray, threshold: float, first_band: tuple[int, int] | None = None
+) -> Iterator[tuple[str, str]]:
     """The pairs ``(a, b)``, ``a < b``, of one LSH band bucket whose estimated Jaccard
-    (``estimated_jaccard`` of their signatures) is at least ``threshold``.
+    (``estimated_jaccard`` of their signatures) is at least ``threshold``. With
+    ``first_band`` ``(band, rows)`` (the bucket's band), only the pairs for which it is the
+    first band their signatures agree in: over all bands, each pair comes out once.
 
     ``nodes`` are the bucket's distinct members and ``sigs`` their ``(len(nodes),
     num_perm)`` signatures, row for row. Each row is compared with the rows after it in
@@ -182,6 +205,11 @@ def similar_pairs(nodes: Sequence[str], sigs: np.ndarray, threshold: float) -> I
     sigs = np.asarray(sigs)[order]
     num_perm = sigs.shape[1] if sigs.ndim == 2 else 0
     for i in range(len(names) - 1):
-        agree = np.count_nonzero(sigs[i + 1 :] == sigs[i], axis=1) / num_perm
-        for j in np.flatnonzero(agree >= threshold):
+        equal = sigs[i + 1 :] == sigs[i]
+        keep = np.count_nonzero(equal, axis=1) / num_perm >= threshold
+        if first_band is not None:
+            band, rows = first_band
+            whole = equal[:, : (band + 1) * rows].reshape(len(equal), band + 1, rows).all(axis=2)
+            keep &= whole.argmax(axis=1) == band
+        for j in np.flatnonzero(keep):
             yield names[i], names[i + 1 + j]

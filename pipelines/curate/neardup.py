@@ -9,13 +9,13 @@ with probability 2^-32), and a MinHash **signature** of that set (``minhash``).
 Deciding, the same way on every runner (``beam.NearDuplicates`` runs these functions in
 workers; ``near_duplicates`` runs them in one process for small curations):
 
-1. **Candidates**: documents sharing a band key of their signatures (LSH); a bucket's
+1. **Candidates**: documents whose signatures are equal in some band (LSH); a bucket's
    pairs whose estimated Jaccard is at least ``threshold - ESTIMATE_SLACK`` become
    candidate edges (the slack is 4.5 standard deviations of a 128-permutation estimate,
    so a pair at the threshold is almost never lost here; the exact check decides).
 2. **Groups**: connected components of the candidate edges, labelled by ``rounds`` of
-   min-label propagation (``min_labels``, the same rounds as Beam's hash-to-min), so a
-   group holds every document a decision may depend on.
+   min-label propagation (``min_labels``; candidate edges are few, so on Beam too one
+   worker labels them all), so a group holds every document a decision may depend on.
 3. **Greedy assignment** inside a group (``assign``), in the deterministic order of the
    documents' keys (earliest first): a document is dropped only as a near-duplicate of an
    earlier document that is *kept* and that it matches, by **exact** Jaccard of the two
@@ -104,30 +104,53 @@ def similarity(a: Node, b: Node) -> float:
     return jaccard(np.frombuffer(a.shingles, np.uint32), np.frombuffer(b.shingles, np.uint32))
 
 
-def band_keys(node: Node, nd: NearDedup) -> list[str]:
-    return minhash.band_keys(np.frombuffer(node.sig, np.uint64), nd.bands, nd.rows)
+def band_slices(nodes: Sequence[tuple[tuple, Node]], nd: NearDedup) -> Iterable[tuple[int, tuple[list, np.ndarray]]]:
+    """Some documents -> per band, ``(band, (their keys, their rows of that band))``: a
+    batch's share of the band buckets, vectorised (one Beam element per band and batch)."""
+    keys = [k for k, _ in nodes]
+    if not keys:
+        return ()
+    matrix = np.stack([np.frombuffer(n.sig, np.uint64) for _, n in nodes])
+    return [(b, (keys, matrix[:, b * nd.rows : (b + 1) * nd.rows].copy())) for b in range(nd.bands)]
 
 
-def bucket_edges(members: Sequence[tuple], sigs: dict[tuple, bytes], nd: NearDedup) -> Iterable[tuple[tuple, tuple]]:
-    """One band bucket's candidate edges ``(a, b)``, ``a < b``."""
+def band_buckets(band: int, parts: Iterable[tuple[list, np.ndarray]]) -> Iterable[tuple[int, list]]:
+    """One band's slices (``band_slices``) -> ``(band, members)`` per bucket of two or more."""
+    parts = list(parts)
+    keys = [k for ks, _ in parts for k in ks]
+    return ((band, m) for m in minhash.band_buckets(keys, np.concatenate([rows for _, rows in parts]))) if parts else ()
+
+
+def bucket_edges(bucket: tuple[int, Sequence[tuple]], sigs: dict[tuple, bytes], nd: NearDedup) -> Iterable[tuple[tuple, tuple]]:
+    """One band bucket's candidate edges ``(a, b)``, ``a < b``: the pairs whose estimate
+    passes and for which this band is the first their signatures agree in (so over all
+    bands a pair comes out once)."""
+    band, members = bucket
     members = sorted(set(members))
     if len(members) < 2:
         return ()
     matrix = np.stack([np.frombuffer(sigs[m], np.uint64) for m in members])
-    return minhash.similar_pairs(members, matrix, max(0.0, nd.threshold - ESTIMATE_SLACK))
+    return minhash.similar_pairs(members, matrix, max(0.0, nd.threshold - ESTIMATE_SLACK), (band, nd.rows))
 
 
 def min_labels(edges: Iterable[tuple[Any, Any]], rounds: int) -> dict[Any, Any]:
-    """Each node of the edges -> the smallest node it reaches within ``rounds + 1`` hops:
-    the same labels as ``beam.ConnectedComponents`` (hash-to-min, one hop a round)."""
-    neighbours: dict[Any, list] = defaultdict(list)
-    for a, b in edges:
-        neighbours[a].append(b)
-        neighbours[b].append(a)
-    labels = {x: min(x, *ns) for x, ns in neighbours.items()}
-    for _ in range(rounds):
-        labels = {x: min(labels[x], *(labels[y] for y in ns)) for x, ns in neighbours.items()}
-    return labels
+    """Each node of the edges -> the smallest node it reaches within ``rounds + 1`` hops
+    (hash-to-min, one hop a round: a long chain of pairs stays in bounded groups)."""
+    edges = list(edges)
+    if not edges:
+        return {}
+    names = sorted({x for e in edges for x in e})
+    index = {x: i for i, x in enumerate(names)}
+    ends = np.array([(index[a], index[b]) for a, b in edges], np.int64)
+    src = np.concatenate([ends[:, 0], ends[:, 1]])
+    dst = np.concatenate([ends[:, 1], ends[:, 0]])
+    order = np.argsort(src, kind="stable")
+    src, dst = src[order], dst[order]
+    starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])  # every node has a neighbour
+    labels = np.arange(len(names))
+    for _ in range(rounds + 1):
+        labels = np.minimum(labels, np.minimum.reduceat(labels[dst], starts))
+    return {x: names[label] for x, label in zip(names, labels.tolist(), strict=True)}
 
 
 def assign(members: Iterable[tuple[tuple, Node]], edges: Iterable[tuple[tuple, tuple]], threshold: float) -> list[Verdict]:
@@ -161,11 +184,9 @@ def assign(members: Iterable[tuple[tuple, Node]], edges: Iterable[tuple[tuple, t
 def near_duplicates(nodes: Sequence[tuple[tuple, Node]], nd: NearDedup) -> list[Verdict]:
     """Every verdict of a set of documents, in this process (``beam.NearDuplicates`` gives the same)."""
     sigs = {k: n.sig for k, n in nodes}
-    buckets: dict[str, list[tuple]] = defaultdict(list)
-    for key, node in nodes:
-        for band in band_keys(node, nd):
-            buckets[band].append(key)
-    edges = sorted({e for members in buckets.values() for e in bucket_edges(members, sigs, nd)})
+    edges = sorted(
+        {e for band, part in band_slices(nodes, nd) for bucket in band_buckets(band, [part]) for e in bucket_edges(bucket, sigs, nd)}
+    )
     labels = min_labels(edges, nd.max_components_rounds)
     groups: dict[tuple, list] = defaultdict(list)
     group_edges: dict[tuple, list] = defaultdict(list)

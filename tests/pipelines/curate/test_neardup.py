@@ -8,6 +8,7 @@ import random
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -99,19 +100,35 @@ def test_volatile_noise_is_masked_and_the_best_kept_match_is_named():
     assert removed["run1"][1] == jaccard(run1, closer) < jaccard(run1, base)
 
 
-def test_min_labels_are_beams_hash_to_min_labels():
-    import apache_beam as beam
-    from apache_beam.testing.test_pipeline import TestPipeline
-    from apache_beam.testing.util import assert_that, equal_to
+def test_min_labels_reach_rounds_plus_one_hops():
+    chain = [(f"n{i:02d}", f"n{i + 1:02d}") for i in range(10)]
+    labels = neardup.min_labels([*chain, ("x", "y"), ("b", "y")], 3)
+    assert labels["n04"] == "n00" and labels["n10"] == "n06"  # a long chain stays in bounded groups
+    assert labels["x"] == labels["y"] == "b"
 
-    from pipelines.curate.beam import ConnectedComponents
 
-    chain = [(f"n{i:02d}", f"n{i + 1:02d}") for i in range(10)]  # longer than 3 rounds reach
-    edges = [*chain, ("x", "y"), ("b", "y")]
-    expected = sorted(neardup.min_labels(edges, 3).items())
-    assert dict(expected)["n10"] == "n06"  # not converged after 3 rounds: the same on both
-    with TestPipeline(argv=IN_MEMORY) as p:
-        assert_that(p | beam.Create(edges) | ConnectedComponents(3), equal_to(expected))
+def test_band_buckets_group_exactly_the_documents_equal_in_a_band():
+    from pipelines.curate import minhash
+
+    rng = np.random.default_rng(3)
+    sigs = rng.integers(0, 4, size=(300, ND.num_perm), dtype=np.uint64)  # small values: many shared bands
+    nodes = [((1, f"{i:04d}", f"d{i}"), neardup.Node(sig.tobytes(), None)) for i, sig in enumerate(sigs)]
+    expected: dict[str, list] = {}
+    for key, node in nodes:
+        for band in minhash.band_keys(np.frombuffer(node.sig, np.uint64), ND.bands, ND.rows):
+            expected.setdefault(band, []).append(key)
+    half = len(nodes) // 2  # two batches, as Beam sees them
+    slices = [*neardup.band_slices(nodes[:half], ND), *neardup.band_slices(nodes[half:], ND)]
+    got = [sorted(m) for b in range(ND.bands) for _, m in neardup.band_buckets(b, (p for band, p in slices if band == b))]
+    want = [sorted(m) for m in expected.values() if len(m) > 1]
+    assert got and sorted(got) == sorted(want)
+    # each candidate pair comes out of one bucket only: the first band the two agree in
+    sigs = {k: n.sig for k, n in nodes}
+    loose = ND.model_copy(update={"threshold": 0.2})
+    edges = [e for b in range(ND.bands) for bucket in neardup.band_buckets(b, (p for band, p in slices if band == b))
+             for e in neardup.bucket_edges(bucket, sigs, loose)]
+    pairs = {(a, b) for m in want for i, a in enumerate(m) for b in m[i + 1:]}
+    assert len(edges) == len(set(edges)) and set(edges) == pairs
 
 
 def test_documents_decide_the_same_on_beam_and_in_this_process():
