@@ -108,9 +108,10 @@ class NearDuplicates(beam.PTransform):
     """(key, ``neardup.Node``) -> a ``neardup.Verdict`` per dropped node, as
     ``neardup.near_duplicates`` decides in one process. Batches of nodes give each band
     their rows (one element per band and batch, not per node); a band's buckets give
-    candidate edges checked against the signatures (a side input of about 1 KB a node);
-    the edges, few, are labelled into components in one worker (``neardup.min_labels``);
-    each component's nodes meet, with their shingle sets, in one worker for the greedy
+    candidate edges checked against the signatures (a side input of about 1 KB a node),
+    a list per bucket; the edges, few next to the nodes, are labelled into components in
+    one worker (``neardup.min_labels``), which hands out each component's edges; each
+    component's nodes meet them, with their shingle sets, in one worker for the greedy
     exact assignment."""
 
     def __init__(self, near: NearDedup) -> None:
@@ -120,27 +121,43 @@ class NearDuplicates(beam.PTransform):
     def expand(self, nodes):
         nd = self.near
         sigs = beam.pvalue.AsDict(nodes | "Signatures" >> beam.Map(lambda kv: (kv[0], kv[1].sig)))
-        edges = (
+        edges = (  # a list per bucket: a pair comes out of one bucket only
             nodes
             | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
             | "BandSlices" >> beam.FlatMap(neardup.band_slices, nd)
             | "GroupByBand" >> beam.GroupByKey()
             | "Buckets" >> beam.FlatMapTuple(neardup.band_buckets)
-            | "Candidates" >> beam.FlatMap(lambda bucket, sigs: neardup.bucket_edges(bucket, sigs, nd), sigs)
-            | "UniqueEdges" >> beam.Distinct()
+            | "Candidates"
+            >> beam.FlatMap(lambda bucket, sigs: [es] if (es := list(neardup.bucket_edges(bucket, sigs, nd))) else [], sigs)
         )
-        labels = beam.pvalue.AsDict(
+        groups = (
             edges
             | "AllEdges" >> beam.combiners.ToList()
-            | "Components" >> beam.FlatMap(lambda es: neardup.min_labels(es, nd.max_components_rounds).items())
+            | "Components" >> beam.FlatMap(_components, nd.max_components_rounds).with_outputs("label", main="edges")
         )
+        labels = beam.pvalue.AsDict(groups.label)
         members = nodes | "NodeGroups" >> beam.FlatMap(lambda kv, lab: [(lab[kv[0]], kv)] if kv[0] in lab else [], labels)
-        group_edges = edges | "EdgeGroups" >> beam.Map(lambda e, lab: (lab[e[0]], e), labels)
         return (
-            {"members": members, "edges": group_edges}
+            {"members": members, "edges": groups.edges}
             | "Groups" >> beam.CoGroupByKey()
-            | "Assign" >> beam.FlatMap(lambda item: neardup.assign(item[1]["members"], item[1]["edges"], nd.threshold))
+            | "Assign"
+            >> beam.FlatMap(
+                lambda item: neardup.assign(item[1]["members"], [e for es in item[1]["edges"] for e in es], nd.threshold)
+            )
         )
+
+
+def _components(lists, rounds: int):
+    """All candidate edges (lists of them) -> (label, the component's edges) and, tagged
+    ``label``, (node, label): one worker labels them (they are few next to the nodes)."""
+    edges = [e for es in lists for e in es]
+    labels = neardup.min_labels(edges, rounds)
+    by_label: dict = {}
+    for e in edges:
+        by_label.setdefault(labels[e[0]], []).append(e)
+    yield from by_label.items()
+    for node, label in labels.items():
+        yield beam.pvalue.TaggedOutput("label", (node, label))
 
 
 def _step_decisions(item):

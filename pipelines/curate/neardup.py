@@ -185,7 +185,12 @@ def near_duplicates(nodes: Sequence[tuple[tuple, Node]], nd: NearDedup) -> list[
     """Every verdict of a set of documents, in this process (``beam.NearDuplicates`` gives the same)."""
     sigs = {k: n.sig for k, n in nodes}
     edges = sorted(
-        {e for band, part in band_slices(nodes, nd) for bucket in band_buckets(band, [part]) for e in bucket_edges(bucket, sigs, nd)}
+        {
+            e
+            for band, part in band_slices(nodes, nd)
+            for bucket in band_buckets(band, [part])
+            for e in bucket_edges(bucket, sigs, nd)
+        }
     )
     labels = min_labels(edges, nd.max_components_rounds)
     groups: dict[tuple, list] = defaultdict(list)

@@ -125,9 +125,13 @@ def test_band_buckets_group_exactly_the_documents_equal_in_a_band():
     # each candidate pair comes out of one bucket only: the first band the two agree in
     sigs = {k: n.sig for k, n in nodes}
     loose = ND.model_copy(update={"threshold": 0.2})
-    edges = [e for b in range(ND.bands) for bucket in neardup.band_buckets(b, (p for band, p in slices if band == b))
-             for e in neardup.bucket_edges(bucket, sigs, loose)]
-    pairs = {(a, b) for m in want for i, a in enumerate(m) for b in m[i + 1:]}
+    edges = [
+        e
+        for b in range(ND.bands)
+        for bucket in neardup.band_buckets(b, (p for band, p in slices if band == b))
+        for e in neardup.bucket_edges(bucket, sigs, loose)
+    ]
+    pairs = {(a, b) for m in want for i, a in enumerate(m) for b in m[i + 1 :]}
     assert len(edges) == len(set(edges)) and set(edges) == pairs
 
 
