@@ -9,8 +9,8 @@ One pass over a group of input shards, on any Beam runner:
 2. Trajectories: chunks grouped by trajectory -> a summary (exact key, signature,
    problem) and its steps. Texts never cross a shuffle.
 3. Decisions per trajectory: problems (decontamination, quality), exact duplicates (one
-   keeper per key), near duplicates (band keys grouped, candidate pairs confirmed by
-   Jaccard, clusters by connected components in Beam); earlier curations' and passes'
+   keeper per key), near duplicates (``NearDuplicates``: candidate edges
+   per share of the LSH bands, groups in one worker, greedy exact assignment per group); earlier curations' and passes'
    kept trajectories take part with rank 0, so they always win.
 4. Marks per step, grouped by (masked state, action): a kept step that repeats an
    earlier kept one (this pass, an earlier pass or curation) gets ``duplicate_of``; steps
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 
 from pipelines.curate import decide as plain
 from pipelines.curate import neardup
@@ -106,58 +107,115 @@ class ExactDuplicates(beam.PTransform):
 
 class NearDuplicates(beam.PTransform):
     """(key, ``neardup.Node``) -> a ``neardup.Verdict`` per dropped node, as
-    ``neardup.near_duplicates`` decides in one process. Batches of nodes give each band
-    their rows (one element per band and batch, not per node); a band's buckets give
-    candidate edges checked against the signatures (a side input of about 1 KB a node),
-    a list per bucket; the edges, few next to the nodes, are labelled into components in
-    one worker (``neardup.min_labels``), which hands out each component's edges; each
-    component's nodes meet them, with their shingle sets, in one worker for the greedy
-    exact assignment."""
+    ``neardup.near_duplicates`` decides in one process: the nodes in batches, then
+    ``NearDuplicateBatches``."""
 
     def __init__(self, near: NearDedup) -> None:
         super().__init__()
         self.near = near
 
     def expand(self, nodes):
-        nd = self.near
-        sigs = beam.pvalue.AsDict(nodes | "Signatures" >> beam.Map(lambda kv: (kv[0], kv[1].sig)))
-        edges = (  # a list per bucket: a pair comes out of one bucket only
-            nodes
-            | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
-            | "BandSlices" >> beam.FlatMap(neardup.band_slices, nd)
-            | "GroupByBand" >> beam.GroupByKey()
-            | "Buckets" >> beam.FlatMapTuple(neardup.band_buckets)
-            | "Candidates"
-            >> beam.FlatMap(lambda bucket, sigs: [es] if (es := list(neardup.bucket_edges(bucket, sigs, nd))) else [], sigs)
-        )
-        groups = (
-            edges
-            | "AllEdges" >> beam.combiners.ToList()
-            | "Components" >> beam.FlatMap(_components, nd.max_components_rounds).with_outputs("label", main="edges")
-        )
-        labels = beam.pvalue.AsDict(groups.label)
-        members = nodes | "NodeGroups" >> beam.FlatMap(lambda kv, lab: [(lab[kv[0]], kv)] if kv[0] in lab else [], labels)
         return (
-            {"members": members, "edges": groups.edges}
-            | "Groups" >> beam.CoGroupByKey()
-            | "Assign"
-            >> beam.FlatMap(
-                lambda item: neardup.assign(item[1]["members"], [e for es in item[1]["edges"] for e in es], nd.threshold)
-            )
+            nodes
+            | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=4096)
+            | "Decide" >> NearDuplicateBatches(self.near)
         )
 
 
-def _components(lists, rounds: int):
-    """All candidate edges (lists of them) -> (label, the component's edges) and, tagged
-    ``label``, (node, label): one worker labels them (they are few next to the nodes)."""
-    edges = [e for es in lists for e in es]
-    labels = neardup.min_labels(edges, rounds)
-    by_label: dict = {}
-    for e in edges:
-        by_label.setdefault(labels[e[0]], []).append(e)
-    yield from by_label.items()
-    for node, label in labels.items():
-        yield beam.pvalue.TaggedOutput("label", (node, label))
+BAND_GROUPS = 2  # workers that find candidate edges, each for a share of the bands
+
+
+class NearDuplicateBatches(beam.PTransform):
+    """Batches (lists) of (key, ``neardup.Node``) -> a ``neardup.Verdict`` per dropped node.
+    Each batch's signatures go, as one matrix, to ``BAND_GROUPS`` workers that find the
+    candidate edges of their share of the bands (``neardup.candidate_edges``, vectorised
+    over a whole band); the edges, as index arrays, meet in one worker that forms the
+    groups (``neardup.groups``) and tells each batch its members' groups; each group's
+    nodes (their shingle sets, signatures left behind) meet its edges in one worker for the
+    greedy exact assignment. Elements are batches, shares and groups, never nodes or
+    edges one by one, except a group's members on their way to it."""
+
+    def __init__(self, near: NearDedup) -> None:
+        super().__init__()
+        self.near = near
+
+    def expand(self, batches):
+        nd = self.near
+        shares = [list(range(nd.bands))[g::BAND_GROUPS] for g in range(min(BAND_GROUPS, nd.bands))]
+        split = batches | "ToBandShares" >> beam.FlatMap(_to_shares, len(shares)).with_outputs("nodes", main="shares")
+        groups = (
+            split.shares
+            | "GroupByShare" >> beam.GroupByKey()
+            | "Candidates" >> beam.MapTuple(lambda g, pieces: _candidates(pieces, shares[g], nd))
+            | "AllCandidates" >> beam.combiners.ToList()
+            | "Groups" >> beam.FlatMap(_groups, nd.max_components_rounds).with_outputs("labels", main="groups")
+        )
+        members = (
+            {"nodes": split.nodes, "labels": groups.labels}
+            | "JoinLabels" >> beam.CoGroupByKey()
+            | "GroupMembers" >> beam.FlatMap(_members)
+        )
+        return (
+            {"members": members, "group": groups.groups}
+            | "JoinGroups" >> beam.CoGroupByKey()
+            | "Assign" >> beam.FlatMap(lambda item: neardup.assign(item[1]["group"][0], dict(item[1]["members"]), nd.threshold))
+        )
+
+
+def _to_shares(batch, shares: int):
+    """A batch -> (share, (batch id, keys, signatures)) for each share of the bands and,
+    tagged ``nodes``, (batch id, the nodes without the signatures the shingle sets make
+    needless), which wait for their groups."""
+    if not batch:
+        return
+    keys = [k for k, _ in batch]
+    bid, sigs = min(keys), neardup.signature_matrix(batch)
+    for g in range(shares):
+        yield g, (bid, keys, sigs)
+    slim = [(k, n if n.shingles is None else n._replace(sig=b"")) for k, n in batch]
+    yield beam.pvalue.TaggedOutput("nodes", (bid, slim))
+
+
+def _candidates(pieces, bands: list[int], nd: NearDedup) -> tuple[list, list, np.ndarray]:
+    """Batches' (batch id, keys, signatures) -> (the keys with an edge, sorted; their batch
+    ids; the candidate edges of ``bands`` as index pairs into them)."""
+    pieces = list(pieces)
+    keys = [k for _, ks, _ in pieces for k in ks]
+    bids = [b for b, ks, _ in pieces for _ in ks]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    sigs = np.concatenate([m for _, _, m in pieces])[order]
+    edges = neardup.candidate_edges(sigs, bands, nd)
+    ends, local = np.unique(edges, return_inverse=True)
+    picked = [order[i] for i in ends.tolist()]
+    return [keys[i] for i in picked], [bids[i] for i in picked], local.reshape(edges.shape)
+
+
+def _groups(found, rounds: int):
+    """Every share's candidates -> (label, ``neardup.Group``) and, tagged ``labels``,
+    (batch id, [(key, label) ...]) for the batches with members: one worker (edges are few
+    next to the nodes)."""
+    batch_of = {k: b for ks, bs, _ in found for k, b in zip(ks, bs, strict=True)}
+    keys = sorted(batch_of)
+    index = {k: i for i, k in enumerate(keys)}
+    edges = [np.array([index[k] for k in ks], np.int64)[local] for ks, _, local in found if len(local)]
+    labels: dict = {}
+    for group in neardup.groups(keys, np.concatenate(edges) if edges else np.empty((0, 2), np.int64), rounds):
+        label = group.keys[0]
+        yield label, group
+        for key in group.keys:
+            labels.setdefault(batch_of[key], []).append((key, label))
+    for bid, pairs in labels.items():
+        yield beam.pvalue.TaggedOutput("labels", (bid, pairs))
+
+
+def _members(item):
+    """(batch id, {nodes, labels}) -> (label, (key, node)) for each of the batch's members."""
+    _, joined = item
+    labels = {k: label for pairs in joined["labels"] for k, label in pairs}
+    for nodes in joined["nodes"]:
+        for key, node in nodes:
+            if key in labels:
+                yield labels[key], (key, node)
 
 
 def _step_decisions(item):
@@ -312,7 +370,7 @@ def near_duplicates_on_beam(
 ) -> list[neardup.Verdict]:
     """``documents.dedup_documents`` on Beam: the documents go to workers as JSONL files of
     about 2,000 each (texts never enter the pipeline graph), each file's documents become
-    nodes there (``neardup.document_nodes``), and ``NearDuplicates`` decides."""
+    a batch of nodes there (``neardup.document_nodes``), and ``NearDuplicateBatches`` decides."""
     import json
     import tempfile
 
@@ -340,8 +398,8 @@ def near_duplicates_on_beam(
                 p
                 | "Files" >> beam.Create(files)
                 | "Reshuffle" >> beam.Reshuffle()
-                | "DocumentNodes" >> beam.FlatMap(nodes)
-                | "Near" >> NearDuplicates(nd)
+                | "DocumentNodes" >> beam.Map(nodes)
+                | "Near" >> NearDuplicateBatches(nd)
                 | "AsJson" >> beam.Map(lambda v: json.dumps([list(v.key), list(v.partner), v.similarity, v.partner_last_step]))
                 | "Write" >> beam.io.WriteToText(str(out))
             )

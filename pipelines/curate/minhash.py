@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -165,51 +165,59 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> list[str]:
     return [f"{b}:{hashlib.blake2b(sig[b * rows : (b + 1) * rows].tobytes(), digest_size=12).hexdigest()}" for b in range(bands)]
 
 
-def band_buckets(keys: Sequence, band: np.ndarray) -> Iterator[list]:
-    """One band's buckets of two or more members: the ``keys`` whose rows of the band
-    (``band``: ``(len(keys), rows)``, row for row) are equal, by one sort of the rows
-    (exact equality, no hashing)."""
-    if len(keys) < 2:
+PAIR_CHUNK = 1 << 18  # candidate pairs compared at a time (each a pair of signature rows)
+
+
+def bucket_ids(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """``(len(sigs), bands)`` int64: per band, an id that two signatures share exactly when
+    that band of theirs is equal (one sort of the band's rows; exact equality, no hashing)."""
+    ids = np.empty((len(sigs), bands), np.int64)
+    for b in range(bands):
+        band = np.ascontiguousarray(sigs[:, b * rows : (b + 1) * rows])
+        ids[:, b] = np.unique(band.view(np.dtype((np.void, band.dtype.itemsize * rows))).ravel(), return_inverse=True)[1].ravel()
+    return ids
+
+
+def bucket_pairs(ids: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Every pair ``(i, j)``, ``i < j``, of rows with the same id (one band's buckets), as
+    index arrays in chunks of about ``PAIR_CHUNK`` pairs (a bucket of k rows gives
+    k(k-1)/2 pairs: never all at once)."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    sizes = np.diff(np.r_[starts, len(ids)])
+    rank = np.arange(len(ids)) - np.repeat(starts, sizes)  # each row's place in its bucket
+    later = np.repeat(sizes, sizes) - 1 - rank  # the members after it: its pairs
+    rows = np.flatnonzero(later)
+    if not rows.size:
         return
-    band = np.ascontiguousarray(band)
-    rows = band.view(np.dtype((np.void, band.dtype.itemsize * band.shape[1]))).ravel()
-    _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
-    inverse = inverse.ravel()
-    shared = np.flatnonzero(counts[inverse] > 1)
-    if not shared.size:
-        return
-    shared = shared[np.argsort(inverse[shared], kind="stable")]
-    cuts = np.flatnonzero(np.diff(inverse[shared])) + 1
-    for bucket in np.split(shared, cuts):
-        yield [keys[i] for i in bucket]
+    ends = np.cumsum(later[rows])
+    cuts = np.searchsorted(ends, np.arange(PAIR_CHUNK, ends[-1], PAIR_CHUNK), side="right")
+    for block in np.split(rows, cuts):
+        if not block.size:
+            continue
+        counts = later[block]
+        first = np.repeat(block, counts)
+        step = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        yield order[first], order[first + 1 + step]
+
+
+def similar_band_pairs(sigs: np.ndarray, ids: np.ndarray, band: int, threshold: float) -> np.ndarray:
+    """``(m, 2)`` row pairs ``(i, j)``, ``i < j``, that share ``band`` (``ids`` from
+    ``bucket_ids``), share no band before it (so over all bands a pair comes out once) and
+    whose estimated Jaccard (``estimated_jaccard`` of their signatures) is at least
+    ``threshold``. Vectorised over the whole band, a chunk of pairs at a time."""
+    num_perm = sigs.shape[1]
+    found = [np.empty((0, 2), np.int64)]
+    for i, j in bucket_pairs(ids[:, band]):
+        lo, hi = np.minimum(i, j), np.maximum(i, j)
+        if band:
+            first = ~(ids[lo, :band] == ids[hi, :band]).any(axis=1)
+            lo, hi = lo[first], hi[first]
+        keep = np.count_nonzero(sigs[lo] == sigs[hi], axis=1) / num_perm >= threshold
+        found.append(np.stack([lo[keep], hi[keep]], axis=1))
+    return np.concatenate(found)
 
 
 def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.count_nonzero(a == b)) / len(a)
-
-
-def similar_pairs(
-    nodes: Sequence[str], sigs: np.ndarray, threshold: float, first_band: tuple[int, int] | None = None
-) -> Iterator[tuple[str, str]]:
-    """The pairs ``(a, b)``, ``a < b``, of one LSH band bucket whose estimated Jaccard
-    (``estimated_jaccard`` of their signatures) is at least ``threshold``. With
-    ``first_band`` ``(band, rows)`` (the bucket's band), only the pairs for which it is the
-    first band their signatures agree in: over all bands, each pair comes out once.
-
-    ``nodes`` are the bucket's distinct members and ``sigs`` their ``(len(nodes),
-    num_perm)`` signatures, row for row. Each row is compared with the rows after it in
-    one vectorised step, so a bucket needs memory for its own signatures only and no
-    candidate pair is ever materialised: only confirmed pairs come out."""
-    order = sorted(range(len(nodes)), key=nodes.__getitem__)
-    names = [nodes[i] for i in order]
-    sigs = np.asarray(sigs)[order]
-    num_perm = sigs.shape[1] if sigs.ndim == 2 else 0
-    for i in range(len(names) - 1):
-        equal = sigs[i + 1 :] == sigs[i]
-        keep = np.count_nonzero(equal, axis=1) / num_perm >= threshold
-        if first_band is not None:
-            band, rows = first_band
-            whole = equal[:, : (band + 1) * rows].reshape(len(equal), band + 1, rows).all(axis=2)
-            keep &= whole.argmax(axis=1) == band
-        for j in np.flatnonzero(keep):
-            yield names[i], names[i + 1 + j]

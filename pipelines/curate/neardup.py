@@ -9,12 +9,15 @@ with probability 2^-32), and a MinHash **signature** of that set (``minhash``).
 Deciding, the same way on every runner (``beam.NearDuplicates`` runs these functions in
 workers; ``near_duplicates`` runs them in one process for small curations):
 
-1. **Candidates**: documents whose signatures are equal in some band (LSH); a bucket's
-   pairs whose estimated Jaccard is at least ``threshold - ESTIMATE_SLACK`` become
-   candidate edges (the slack is 4.5 standard deviations of a 128-permutation estimate,
+1. **Candidates**: documents whose signatures are equal in some band (LSH); of each
+   pair, only the first band the two agree in counts (so a pair comes out once), and it
+   becomes a candidate edge if its estimated Jaccard is at least ``threshold -
+   ESTIMATE_SLACK`` (the slack is 4.5 standard deviations of a 128-permutation estimate,
    so a pair at the threshold is almost never lost here; the exact check decides).
-2. **Groups**: connected components of the candidate edges, labelled by ``rounds`` of
-   min-label propagation (``min_labels``; candidate edges are few, so on Beam too one
+   ``candidate_edges`` does a whole band at a time, vectorised, on a matrix of
+   signatures in key order (on Beam, a worker for each share of the bands).
+2. **Groups**: the candidate edges' components, labelled by ``rounds`` of min-label
+   propagation (``min_labels``, ``groups``; candidate edges are few, so on Beam too one
    worker labels them all), so a group holds every document a decision may depend on.
 3. **Greedy assignment** inside a group (``assign``), in the deterministic order of the
    documents' keys (earliest first): a document is dropped only as a near-duplicate of an
@@ -30,9 +33,8 @@ for ``documents.dedup_documents``.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -104,104 +106,103 @@ def similarity(a: Node, b: Node) -> float:
     return jaccard(np.frombuffer(a.shingles, np.uint32), np.frombuffer(b.shingles, np.uint32))
 
 
-def band_slices(nodes: Sequence[tuple[tuple, Node]], nd: NearDedup) -> Iterable[tuple[int, tuple[list, np.ndarray]]]:
-    """Some documents -> per band, ``(band, (their keys, their rows of that band))``: a
-    batch's share of the band buckets, vectorised (one Beam element per band and batch)."""
-    keys = [k for k, _ in nodes]
-    if not keys:
-        return ()
-    matrix = np.stack([np.frombuffer(n.sig, np.uint64) for _, n in nodes])
-    return [(b, (keys, matrix[:, b * nd.rows : (b + 1) * nd.rows].copy())) for b in range(nd.bands)]
+def candidate_edges(sigs: np.ndarray, bands: Iterable[int], nd: NearDedup) -> np.ndarray:
+    """Signatures (row ``i`` the ``i``-th document in key order) -> ``(m, 2)`` candidate
+    edges ``(i, j)``, ``i < j``, found in ``bands``: pairs equal in one of them, first equal
+    there (so over all bands an edge comes out once), whose estimate passes."""
+    bands = sorted(bands)
+    if not bands or len(sigs) < 2:
+        return np.empty((0, 2), np.int64)
+    ids = minhash.bucket_ids(sigs, bands[-1] + 1, nd.rows)
+    floor = max(0.0, nd.threshold - ESTIMATE_SLACK)
+    return np.concatenate([minhash.similar_band_pairs(sigs, ids, b, floor) for b in bands])
 
 
-def band_buckets(band: int, parts: Iterable[tuple[list, np.ndarray]]) -> Iterable[tuple[int, list]]:
-    """One band's slices (``band_slices``) -> ``(band, members)`` per bucket of two or more."""
-    parts = list(parts)
-    keys = [k for ks, _ in parts for k in ks]
-    return ((band, m) for m in minhash.band_buckets(keys, np.concatenate([rows for _, rows in parts]))) if parts else ()
-
-
-def bucket_edges(bucket: tuple[int, Sequence[tuple]], sigs: dict[tuple, bytes], nd: NearDedup) -> Iterable[tuple[tuple, tuple]]:
-    """One band bucket's candidate edges ``(a, b)``, ``a < b``: the pairs whose estimate
-    passes and for which this band is the first their signatures agree in (so over all
-    bands a pair comes out once)."""
-    band, members = bucket
-    members = sorted(set(members))
-    if len(members) < 2:
-        return ()
-    matrix = np.stack([np.frombuffer(sigs[m], np.uint64) for m in members])
-    return minhash.similar_pairs(members, matrix, max(0.0, nd.threshold - ESTIMATE_SLACK), (band, nd.rows))
-
-
-def min_labels(edges: Iterable[tuple[Any, Any]], rounds: int) -> dict[Any, Any]:
-    """Each node of the edges -> the smallest node it reaches within ``rounds + 1`` hops
-    (hash-to-min, one hop a round: a long chain of pairs stays in bounded groups)."""
-    edges = list(edges)
-    if not edges:
-        return {}
-    names = sorted({x for e in edges for x in e})
-    index = {x: i for i, x in enumerate(names)}
-    ends = np.array([(index[a], index[b]) for a, b in edges], np.int64)
-    src = np.concatenate([ends[:, 0], ends[:, 1]])
-    dst = np.concatenate([ends[:, 1], ends[:, 0]])
+def min_labels(edges: np.ndarray, n: int, rounds: int) -> np.ndarray:
+    """Nodes ``0..n-1`` joined by ``edges`` -> each node's label: the smallest node it
+    reaches within ``rounds + 1`` hops (hash-to-min, one hop a round: a long chain of pairs
+    stays in bounded groups); a node without edges is its own label."""
+    labels = np.arange(n)
+    if not len(edges):
+        return labels
+    src = np.concatenate([edges[:, 0], edges[:, 1]])
+    dst = np.concatenate([edges[:, 1], edges[:, 0]])
     order = np.argsort(src, kind="stable")
     src, dst = src[order], dst[order]
-    starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])  # every node has a neighbour
-    labels = np.arange(len(names))
+    starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])
+    heads = src[starts]
     for _ in range(rounds + 1):
-        labels = np.minimum(labels, np.minimum.reduceat(labels[dst], starts))
-    return {x: names[label] for x, label in zip(names, labels.tolist(), strict=True)}
+        labels[heads] = np.minimum(labels[heads], np.minimum.reduceat(labels[dst], starts))
+    return labels
 
 
-def assign(members: Iterable[tuple[tuple, Node]], edges: Iterable[tuple[tuple, tuple]], threshold: float) -> list[Verdict]:
+class Group(NamedTuple):
+    """A group of documents a decision may depend on: their keys (sorted) and the
+    candidate edges between them as ``(i, j)`` index pairs, ``i < j``."""
+
+    keys: list
+    edges: np.ndarray
+
+
+def groups(keys: Sequence[tuple], edges: np.ndarray, rounds: int) -> list[Group]:
+    """Sorted keys and candidate edges between them (indices) -> the groups (``rounds`` of
+    ``min_labels``) with an edge inside; an edge whose ends fall in two groups (a chain
+    longer than the rounds reach) is dropped, so neither end is judged against the other."""
+    labels = min_labels(edges, len(keys), rounds)
+    edges = edges[labels[edges[:, 0]] == labels[edges[:, 1]]]  # a chain past the rounds: cut between groups
+    if not len(edges):
+        return []
+    nodes = np.unique(edges)
+    node_order = np.argsort(labels[nodes], kind="stable")
+    node_cuts = np.flatnonzero(np.diff(labels[nodes][node_order])) + 1
+    edge_labels = labels[edges[:, 0]]
+    edge_order = np.argsort(edge_labels, kind="stable")
+    edge_cuts = np.flatnonzero(np.diff(edge_labels[edge_order])) + 1
+    out = []
+    for members, group_edges in zip(np.split(nodes[node_order], node_cuts), np.split(edges[edge_order], edge_cuts), strict=True):
+        out.append(Group([keys[i] for i in members], np.searchsorted(members, group_edges)))
+    return out
+
+
+def assign(group: Group, nodes: Mapping[tuple, Node], threshold: float) -> list[Verdict]:
     """One group's verdicts by greedy assignment (see the module docstring). Members with
     rank 0 (an earlier curation's or pass's) are kept whatever they match."""
-    nodes = dict(members)
-    earlier: dict[tuple, list[tuple]] = defaultdict(list)
-    for a, b in edges:
-        if a in nodes and b in nodes:
-            lo, hi = sorted((a, b))
-            earlier[hi].append(lo)
-    kept: set[tuple] = set()
+    n = len(group.keys)
+    edges = group.edges[np.lexsort((group.edges[:, 0], group.edges[:, 1]))]  # by later end, then earlier
+    bounds = np.searchsorted(edges[:, 1], np.arange(n + 1))
+    kept = np.zeros(n, bool)
     verdicts = []
-    for key in sorted(nodes):
+    for j, key in enumerate(group.keys):
         if key[0] == 0:
-            kept.add(key)
+            kept[j] = True
             continue
-        best: tuple[tuple, float] | None = None
-        for other in sorted(set(earlier[key])):
-            if other in kept:
-                s = similarity(nodes[key], nodes[other])
-                if s >= threshold and (best is None or s > best[1]):
-                    best = (other, s)
+        earlier = edges[bounds[j] : bounds[j + 1], 0]
+        best: tuple[int, float] | None = None
+        for i in earlier[kept[earlier]].tolist():
+            s = similarity(nodes[key], nodes[group.keys[i]])
+            if s >= threshold and (best is None or s > best[1]):
+                best = (i, s)
         if best is None:
-            kept.add(key)
+            kept[j] = True
         else:
-            verdicts.append(Verdict(key, best[0], best[1], nodes[best[0]].last_step))
+            partner = group.keys[best[0]]
+            verdicts.append(Verdict(key, partner, best[1], nodes[partner].last_step))
     return verdicts
+
+
+def signature_matrix(nodes: Sequence[tuple[tuple, Node]]) -> np.ndarray:
+    return np.stack([np.frombuffer(n.sig, np.uint64) for _, n in nodes])
 
 
 def near_duplicates(nodes: Sequence[tuple[tuple, Node]], nd: NearDedup) -> list[Verdict]:
     """Every verdict of a set of documents, in this process (``beam.NearDuplicates`` gives the same)."""
-    sigs = {k: n.sig for k, n in nodes}
-    edges = sorted(
-        {
-            e
-            for band, part in band_slices(nodes, nd)
-            for bucket in band_buckets(band, [part])
-            for e in bucket_edges(bucket, sigs, nd)
-        }
-    )
-    labels = min_labels(edges, nd.max_components_rounds)
-    groups: dict[tuple, list] = defaultdict(list)
-    group_edges: dict[tuple, list] = defaultdict(list)
-    for key, node in nodes:
-        if key in labels:
-            groups[labels[key]].append((key, node))
-    for a, b in edges:
-        group_edges[labels[a]].append((a, b))
-    verdicts = [v for label in sorted(groups) for v in assign(groups[label], group_edges[label], nd.threshold)]
-    return sorted(verdicts)
+    if not nodes:
+        return []
+    nodes = sorted(nodes, key=lambda kv: kv[0])
+    keys = [k for k, _ in nodes]
+    edges = candidate_edges(signature_matrix(nodes), range(nd.bands), nd)
+    by_key = dict(nodes)
+    return sorted(v for g in groups(keys, edges, nd.max_components_rounds) for v in assign(g, by_key, nd.threshold))
 
 
 def document_nodes(docs: Sequence[tuple[str, str]], nd: NearDedup, start: int = 0, domain: str = "web") -> list:

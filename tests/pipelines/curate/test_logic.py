@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 from dataclasses import replace
@@ -25,7 +24,7 @@ from pipelines.curate.logic import (
     transition_key,
     word_signature,
 )
-from pipelines.curate.minhash import estimated_jaccard, similar_pairs
+from pipelines.curate.minhash import bucket_ids, estimated_jaccard, similar_band_pairs
 from schemas import Action, Observation, Provenance, Transition, VolatileSpan, transition_problems
 from schemas.errors import ConfigError
 
@@ -103,24 +102,21 @@ def test_13_gram_from_an_eval_file_is_caught(tmp_path):
     assert index.contamination([repo]) == ("contaminated_repo", "repo acme/x at abc is in bench.jsonl")
 
 
-def test_similar_pairs_confirms_a_buckets_pairs_like_the_pairwise_estimate():
+def test_similar_band_pairs_confirm_a_bands_pairs_like_the_pairwise_estimate():
     rng = np.random.default_rng(5)
     base = rng.integers(0, 1 << 63, size=10, dtype=np.uint64)
-    sigs = {}
-    for name, agree in [("e", 10), ("a", 8), ("c", 7), ("b", 9), ("d", 3)]:  # positions equal to base
-        sig = base.copy()
-        sig[agree:] = rng.integers(0, 1 << 63, size=10 - agree, dtype=np.uint64)
-        sigs[name] = sig
-    names = list(sigs)  # unsorted on purpose
-    matrix = np.stack([sigs[n] for n in names])
-    found = list(similar_pairs(names, matrix, 0.8))
-    brute = sorted(
-        (min(x, y), max(x, y)) for i, x in enumerate(names) for y in names[i + 1 :] if estimated_jaccard(sigs[x], sigs[y]) >= 0.8
-    )
+    names = ["a", "b", "c", "d", "e"]
+    agree = {"e": 10, "a": 8, "c": 7, "b": 9, "d": 3}  # leading positions equal to base
+    sigs = np.stack([base.copy() for _ in names])
+    for row, name in enumerate(names):
+        sigs[row, agree[name] :] = rng.integers(0, 1 << 63, size=10 - agree[name], dtype=np.uint64)
+    ids = bucket_ids(sigs, 10, 1)  # ten one-row bands: all five share band 0
+    found = [(names[i], names[j]) for i, j in similar_band_pairs(sigs, ids, 0, 0.8).tolist()]
+    brute = [(names[i], names[j]) for i in range(5) for j in range(i + 1, 5) if estimated_jaccard(sigs[i], sigs[j]) >= 0.8]
     assert sorted(found) == brute == [("a", "b"), ("a", "e"), ("b", "e")]  # 0.8 exactly counts; 0.7 does not
-    assert len(found) == len(set(found))
-    assert list(similar_pairs(["a"], matrix[:1], 0.8)) == []
-    assert sorted(similar_pairs(names, matrix, 0.0)) == sorted(itertools.combinations(sorted(names), 2))
+    assert len(similar_band_pairs(sigs, ids, 0, 0.0)) == 10
+    assert len(similar_band_pairs(sigs, ids, 1, 0.0)) == 0  # every pair that shares band 1 shared band 0 first
+    assert len(similar_band_pairs(sigs[:1], ids[:1], 0, 0.0)) == 0
 
 
 def test_quality_drops_degenerate_trajectories_and_flags_steps():

@@ -100,39 +100,49 @@ def test_volatile_noise_is_masked_and_the_best_kept_match_is_named():
     assert removed["run1"][1] == jaccard(run1, closer) < jaccard(run1, base)
 
 
-def test_min_labels_reach_rounds_plus_one_hops():
-    chain = [(f"n{i:02d}", f"n{i + 1:02d}") for i in range(10)]
-    labels = neardup.min_labels([*chain, ("x", "y"), ("b", "y")], 3)
-    assert labels["n04"] == "n00" and labels["n10"] == "n06"  # a long chain stays in bounded groups
-    assert labels["x"] == labels["y"] == "b"
+def test_min_labels_reach_rounds_plus_one_hops_and_groups_cut_longer_chains():
+    chain = [(i, i + 1) for i in range(10)]  # nodes 0..10; then b=11, x=12, y=13; 14 has no edge
+    edges = np.array([*chain, (12, 13), (11, 13)])
+    labels = neardup.min_labels(edges, 15, 3)
+    assert labels[4] == 0 and labels[10] == 6  # a long chain stays in bounded groups
+    assert labels[12] == labels[13] == 11 and labels[14] == 14
+    keys = [(1, f"{i:02d}", "") for i in range(15)]
+    found = {tuple(g.keys): g.edges.tolist() for g in neardup.groups(keys, edges, 3)}
+    # 0..4 share label 0; an edge across two labels is dropped, so 5..10 (each its own label) form no group
+    assert found == {tuple(keys[:5]): [[0, 1], [1, 2], [2, 3], [3, 4]], (keys[11], keys[12], keys[13]): [[1, 2], [0, 2]]}
 
 
-def test_band_buckets_group_exactly_the_documents_equal_in_a_band():
+def test_candidate_edges_are_the_pairs_sharing_a_band_that_pass_the_estimate_each_once(monkeypatch):
     from pipelines.curate import minhash
 
     rng = np.random.default_rng(3)
-    sigs = rng.integers(0, 4, size=(300, ND.num_perm), dtype=np.uint64)  # small values: many shared bands
-    nodes = [((1, f"{i:04d}", f"d{i}"), neardup.Node(sig.tobytes(), None)) for i, sig in enumerate(sigs)]
-    expected: dict[str, list] = {}
-    for key, node in nodes:
-        for band in minhash.band_keys(np.frombuffer(node.sig, np.uint64), ND.bands, ND.rows):
-            expected.setdefault(band, []).append(key)
-    half = len(nodes) // 2  # two batches, as Beam sees them
-    slices = [*neardup.band_slices(nodes[:half], ND), *neardup.band_slices(nodes[half:], ND)]
-    got = [sorted(m) for b in range(ND.bands) for _, m in neardup.band_buckets(b, (p for band, p in slices if band == b))]
-    want = [sorted(m) for m in expected.values() if len(m) > 1]
-    assert got and sorted(got) == sorted(want)
-    # each candidate pair comes out of one bucket only: the first band the two agree in
-    sigs = {k: n.sig for k, n in nodes}
-    loose = ND.model_copy(update={"threshold": 0.2})
-    edges = [
-        e
-        for b in range(ND.bands)
-        for bucket in neardup.band_buckets(b, (p for band, p in slices if band == b))
-        for e in neardup.bucket_edges(bucket, sigs, loose)
-    ]
-    pairs = {(a, b) for m in want for i, a in enumerate(m) for b in m[i + 1 :]}
-    assert len(edges) == len(set(edges)) and set(edges) == pairs
+    bases = rng.integers(0, 1 << 63, size=(40, ND.num_perm), dtype=np.uint64)
+    rows = []
+    for base in bases:  # families: copies agreeing with their base in 60-128 random positions
+        for agree in rng.integers(60, ND.num_perm + 1, size=5):
+            sig = base.copy()
+            change = rng.choice(ND.num_perm, size=ND.num_perm - agree, replace=False)
+            sig[change] = rng.integers(0, 4, size=change.size, dtype=np.uint64)  # small values: chance agreements too
+            rows.append(sig)
+    sigs = np.stack(rows)
+    bands = [set(minhash.band_keys(s, ND.bands, ND.rows)) for s in sigs]
+    for threshold in (0.2, 0.85):
+        nd = ND.model_copy(update={"threshold": threshold})
+        floor = max(0.0, threshold - neardup.ESTIMATE_SLACK)
+        want = {
+            (i, j)
+            for i in range(len(sigs))
+            for j in range(i + 1, len(sigs))
+            if bands[i] & bands[j] and minhash.estimated_jaccard(sigs[i], sigs[j]) >= floor
+        }
+        edges = [tuple(e) for e in neardup.candidate_edges(sigs, range(ND.bands), nd).tolist()]
+        assert want and len(edges) == len(set(edges)) and set(edges) == want
+        # two shares of the bands (as two Beam workers find them) give the same edges, also in tiny chunks
+        monkeypatch.setattr(minhash, "PAIR_CHUNK", 7)
+        halves = (range(0, ND.bands, 2), range(1, ND.bands, 2))
+        shares = [tuple(e) for b in halves for e in neardup.candidate_edges(sigs, b, nd).tolist()]
+        monkeypatch.undo()
+        assert sorted(shares) == sorted(edges)
 
 
 def test_documents_decide_the_same_on_beam_and_in_this_process():
