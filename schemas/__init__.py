@@ -3,12 +3,14 @@ registry of domains (``schemas.domains``)."""
 
 from __future__ import annotations
 
-from schemas.arrow import TRANSITION_SCHEMA_V1, from_record_batch, to_record_batch
+from schemas.arrow import TRANSITION_SCHEMA, TRANSITION_SCHEMA_V1, TRANSITION_SCHEMA_V2, from_record_batch, to_record_batch
 from schemas.domains import DomainSpec, domain, register
 from schemas.errors import ConfigError, QueryError, SchemaError, ShardError, StoreError, TrajforgeError
 from schemas.transition import (
     DOMAINS,
+    EXECUTED,
     FORMATS,
+    ORIGINS,
     VOLATILE_KINDS,
     Action,
     Observation,
@@ -26,8 +28,12 @@ from schemas.versions import current_version, migrate, schema_for, version_of
 
 __all__ = [
     "DOMAINS",
+    "EXECUTED",
     "FORMATS",
+    "ORIGINS",
+    "TRANSITION_SCHEMA",
     "TRANSITION_SCHEMA_V1",
+    "TRANSITION_SCHEMA_V2",
     "VOLATILE_KINDS",
     "Action",
     "ConfigError",

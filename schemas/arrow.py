@@ -1,4 +1,4 @@
-"""The explicit Arrow schema of ``Transition`` (v1) and columnar conversion both ways.
+"""The explicit Arrow schema of ``Transition`` (v1, v2) and columnar conversion both ways.
 
 Conversion is column-wise (one Python list per leaf, then ``pa.array``), which is what
 keeps writing fast; reading back builds the frozen dataclasses from the columns.
@@ -55,6 +55,21 @@ PROVENANCE_TYPE = pa.struct(
     ]
 )
 
+#: v2 adds, after ``extra``: origin, executed and, for imported data, the source.
+PROVENANCE_TYPE_V2 = pa.struct(
+    [
+        *PROVENANCE_TYPE,
+        pa.field("origin", pa.string(), False),
+        pa.field("executed", pa.string(), False),
+        pa.field("source", pa.string(), True),
+        pa.field("source_format", pa.string(), True),
+        pa.field("source_file", pa.string(), True),
+        pa.field("source_record", pa.string(), True),
+        pa.field("license", pa.string(), True),
+        pa.field("agent", pa.string(), True),
+    ]
+)
+
 TRANSITION_SCHEMA_V1 = pa.schema(
     [
         pa.field("transition_id", pa.string(), False),
@@ -79,7 +94,35 @@ TRANSITION_SCHEMA_V1 = pa.schema(
     ]
 )
 
-_SCALARS = [f.name for f in TRANSITION_SCHEMA_V1 if not pa.types.is_struct(f.type)]
+#: v2: the provenance says where a transition came from and whether it was executed.
+TRANSITION_SCHEMA_V2 = TRANSITION_SCHEMA_V1.set(
+    TRANSITION_SCHEMA_V1.get_field_index("provenance"), pa.field("provenance", PROVENANCE_TYPE_V2, False)
+)
+#: The schema records are written with (``schemas.versions`` registers each version).
+TRANSITION_SCHEMA = TRANSITION_SCHEMA_V2
+
+
+def migrate_v1_to_v2(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """v1 -> v2: a simulated row (``provenance.simulated``) is a world model's, not
+    executed; every other v1 row was collected here by executing its action."""
+    import pyarrow.compute as pc
+
+    prov = batch.column("provenance")
+    simulated = pc.fill_null(prov.field("simulated"), False)
+    n = batch.num_rows
+    added = {
+        "origin": pc.if_else(simulated, "simulated", "collected"),
+        "executed": pc.if_else(simulated, "not_executed", "executed"),
+    }
+    children = [prov.field(f.name) for f in PROVENANCE_TYPE]
+    for f in list(PROVENANCE_TYPE_V2)[len(PROVENANCE_TYPE) :]:
+        children.append(added[f.name].cast(pa.string()) if f.name in added else pa.nulls(n, pa.string()))
+    new = pa.StructArray.from_arrays(children, fields=list(PROVENANCE_TYPE_V2), mask=prov.is_null() if prov.null_count else None)
+    columns = [new if name == "provenance" else batch.column(name) for name in batch.schema.names]
+    return pa.RecordBatch.from_arrays(columns, schema=TRANSITION_SCHEMA_V2)
+
+
+_SCALARS = [f.name for f in TRANSITION_SCHEMA if not pa.types.is_struct(f.type)]
 _OBS_SCALARS = ["text", "format", "screenshot_png", "extra", "truncated"]
 
 
@@ -132,21 +175,21 @@ def _unique_observations(transitions: Sequence[Transition]) -> tuple[pa.StructAr
 def _row_columns(transitions: Sequence[Transition]) -> dict[str, pa.Array]:
     """Every column but the two observations."""
     columns = {
-        name: pa.array(values, type=TRANSITION_SCHEMA_V1.field(name).type)
+        name: pa.array(values, type=TRANSITION_SCHEMA.field(name).type)
         for name, values in zip(_SCALARS, _columns(transitions, _SCALARS), strict=True)
     }
     columns["action"] = _struct([t.action for t in transitions], ACTION_TYPE)
-    columns["provenance"] = _struct([t.provenance for t in transitions], PROVENANCE_TYPE)
+    columns["provenance"] = _struct([t.provenance for t in transitions], PROVENANCE_TYPE_V2)
     return columns
 
 
 def to_record_batch(transitions: Sequence[Transition]) -> pa.RecordBatch:
-    """Transitions to one record batch of ``TRANSITION_SCHEMA_V1`` (without metadata)."""
+    """Transitions to one record batch of ``TRANSITION_SCHEMA`` (without metadata)."""
     columns = _row_columns(transitions)
     observations, state, next_state = _unique_observations(transitions)
     columns["state"] = observations.take(pa.array(state, pa.int32()))
     columns["next_state"] = observations.take(pa.array(next_state, pa.int32()))
-    return pa.RecordBatch.from_arrays([columns[f.name] for f in TRANSITION_SCHEMA_V1], schema=TRANSITION_SCHEMA_V1)
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in TRANSITION_SCHEMA], schema=TRANSITION_SCHEMA)
 
 
 def _observation(d: dict[str, Any]) -> Observation:
@@ -210,9 +253,9 @@ def shard_schema_of(logical: pa.Schema) -> pa.Schema:
 
 
 def to_shard_batch(transitions: Sequence[Transition]) -> pa.RecordBatch:
-    """Transitions straight to the on-disk layout of v1 (what ``to_shard(to_record_batch(...))``
+    """Transitions straight to the on-disk layout (what ``to_shard(to_record_batch(...))``
     gives, with each observation's text copied once instead of three times)."""
-    target = shard_schema_of(TRANSITION_SCHEMA_V1)
+    target = shard_schema_of(TRANSITION_SCHEMA)
     columns = _row_columns(transitions)
     observations, state, next_state = _unique_observations(transitions)
     kept = target.field("state").type

@@ -129,9 +129,24 @@ class Action:
         return body
 
 
+#: Where a transition came from: a collector here, another project's data, a world model.
+ORIGINS: tuple[str, ...] = ("collected", "imported", "simulated")
+#: Whether its next state came from really executing the action (``not_executed``:
+#: generated, mocked or summarised), or nobody can tell (``unknown``).
+EXECUTED: tuple[str, ...] = ("executed", "not_executed", "unknown")
+
+
 @dataclass(frozen=True, slots=True)
 class Provenance:
-    """Where a transition came from, enough to reproduce or exclude it."""
+    """Where a transition came from, enough to reproduce or exclude it.
+
+    Since schema v2: ``origin`` (``ORIGINS``) and ``executed`` (``EXECUTED``); for
+    imported data the source (a dataset name), its format, file and record id, its
+    licence (an SPDX id where known) and the agent that produced it (``model`` holds its
+    model). ``simulated`` stays for v1 readers: it is true exactly when ``origin`` is
+    ``simulated`` (either one set makes both so, and a simulated step is not executed
+    unless said otherwise).
+    """
 
     run_id: str
     collector: str = "unknown"
@@ -145,12 +160,30 @@ class Provenance:
     collected_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     simulated: bool = False
     extra: str = "{}"
+    origin: str = "collected"
+    executed: str = "executed"
+    source: str | None = None
+    source_format: str | None = None
+    source_file: str | None = None
+    source_record: str | None = None
+    license: str | None = None
+    agent: str | None = None
 
     def __post_init__(self) -> None:
         if self.collected_at.tzinfo is None:
             raise SchemaError("provenance.collected_at", "must be timezone-aware (UTC)")
         if self.collected_at.utcoffset():
             object.__setattr__(self, "collected_at", self.collected_at.astimezone(UTC))
+        if self.origin not in ORIGINS:
+            raise SchemaError("provenance.origin", f"unknown origin {self.origin!r} (expected one of {', '.join(ORIGINS)})")
+        if self.executed not in EXECUTED:
+            raise SchemaError("provenance.executed", f"unknown value {self.executed!r} (expected one of {', '.join(EXECUTED)})")
+        if self.simulated and self.origin == "collected":
+            object.__setattr__(self, "origin", "simulated")
+            if self.executed == "executed":
+                object.__setattr__(self, "executed", "not_executed")
+        elif self.origin == "simulated" and not self.simulated:
+            object.__setattr__(self, "simulated", True)
 
 
 _SPACE_TAIL = re.compile(r"[ \t]+$", re.MULTILINE)

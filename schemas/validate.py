@@ -58,6 +58,8 @@ def transition_problems(t: Transition) -> list[str]:
             problems.append(f"{name}: must be a finite number >= 0, got {value}")
     if not t.provenance.run_id:
         problems.append("provenance.run_id: must not be empty")
+    if t.provenance.origin == "imported" and not t.provenance.source:
+        problems.append("provenance.source: an imported transition must name its source")
     if t.content_hash != content_hash(t.state, t.action, t.next_state):
         problems.append("content_hash: does not match state, action and next_state")
     return problems

@@ -1,11 +1,12 @@
 """Schema versions: every shard records the version it was written with, and readers
 migrate older batches forward one version at a time.
 
-To bump the schema: define ``TRANSITION_SCHEMA_V2`` beside v1 (never edit v1), write a
-function that turns a v1 record batch into a v2 one, and
-``register_version(2, TRANSITION_SCHEMA_V2, migrate_v1_to_v2)``. Files written at v1 are
-then read as v2 everywhere (store reads, queries); v1 stays the schema they validate
-against.
+v1 is the first record; v2 adds where a transition came from to its provenance (origin,
+executed, and an imported record's source, file, record id, licence and agent). To bump
+the schema again: define ``TRANSITION_SCHEMA_V3`` beside the others (never edit an old
+one), write a function that turns a v2 record batch into a v3 one, and register both
+here. Files written earlier are then read at the newest version everywhere (store reads,
+queries); each keeps the schema it validates against.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from schemas.arrow import TRANSITION_SCHEMA_V1, shard_schema_of
+from schemas.arrow import TRANSITION_SCHEMA_V1, TRANSITION_SCHEMA_V2, migrate_v1_to_v2, shard_schema_of
 from schemas.errors import SchemaError
 
 METADATA_KEY = b"trajforge.schema_version"
@@ -22,8 +23,10 @@ KIND_KEY = b"trajforge.kind"
 
 Migration = Callable[[pa.RecordBatch], pa.RecordBatch]
 
-_SCHEMAS: dict[int, pa.Schema] = {1: TRANSITION_SCHEMA_V1}
-_MIGRATIONS: dict[int, Migration] = {}  # version v -> function turning a v-1 batch into v
+# v2: provenance says origin (collected, imported, simulated), executed, and the source
+_SCHEMAS: dict[int, pa.Schema] = {1: TRANSITION_SCHEMA_V1, 2: TRANSITION_SCHEMA_V2}
+_MIGRATIONS: dict[int, Migration] = {2: migrate_v1_to_v2}  # version v -> function turning a v-1 batch into v
+_BUILT_IN = max(_SCHEMAS)  # the versions this code defines (tests may simulate later ones)
 
 
 def current_version() -> int:
@@ -62,8 +65,8 @@ def register_version(version: int, schema: pa.Schema, migrate_from_previous: Mig
 
 def unregister_version(version: int) -> None:
     """Drop the newest version again (for tests that simulate a bump)."""
-    if version != current_version() or version == 1:
-        raise SchemaError("schema_version", f"can only drop the newest non-initial version, not {version}")
+    if version != current_version() or version <= _BUILT_IN:
+        raise SchemaError("schema_version", f"can only drop the newest version a test added, not {version}")
     del _SCHEMAS[version], _MIGRATIONS[version]
 
 

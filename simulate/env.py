@@ -114,6 +114,8 @@ class SimEnv(Environment):
         }
         provenance = {
             "simulated": True,
+            "origin": "simulated",
+            "executed": "not_executed",
             "sandbox_backend": "sim",
             "image_digest": None,
             "extra": canonical_json({"simulator": simulator}),

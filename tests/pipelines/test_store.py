@@ -39,7 +39,7 @@ def test_write_and_read_back_everything(store, transitions):
         assert shard_files(store / "raw" / run.domain / "synth-s0") == [e.path for e in run.manifest.shards]
         with open(f"{run.dir}/{run.manifest.shards[0].path}", "rb") as f:
             reader = ipc.open_file(f)
-            assert reader.schema.metadata[b"trajforge.schema_version"] == b"1"
+            assert reader.schema.metadata[b"trajforge.schema_version"] == b"2"
             assert reader.get_batch(0).num_rows <= 8  # batches of rows_per_batch
     assert check_path(str(store), deep=True).ok
 
