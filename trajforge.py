@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from collectors.android.cli import app as android_app
 from collectors.cli import app as collectors_app
 from collectors.search.cli import app as search_app
+from formats.cli import app as formats_app
 from pipelines.cli import app as pipelines_app
 from pipelines.progress import set_verbose
 from sandboxes.cli import app as sandboxes_app
@@ -35,6 +36,7 @@ app = typer.Typer(
 )
 app.add_typer(collectors_app)
 app.add_typer(pipelines_app)
+app.add_typer(formats_app)
 app.add_typer(sandboxes_app, name="sandboxes")
 app.add_typer(search_app, name="search")
 app.add_typer(sim_app, name="sim")

@@ -7,7 +7,7 @@ import edge (the registry's entry points are data). The rules:
 
 * **Layers, one way down.** Each top-level package has a rank; a module may import its own
   package's rank or lower ones only: ``schemas`` (imports nothing of ours) → ``llm``
-  (``schemas`` only) → ``sandboxes`` → ``pipelines`` → ``collectors`` → ``training`` →
+  (``schemas`` only) → ``sandboxes`` → ``pipelines`` → ``collectors`` → ``formats`` → ``training`` →
   ``simulate`` → the CLI (``trajforge.py``).
 * **No module cycles**, anywhere in the project.
 * **No package cycles**, each package and subpackage a node (``pipelines.release``,
@@ -35,6 +35,7 @@ LAYERS: dict[str, float] = {
     "sandboxes": 1,
     "pipelines": 2,
     "collectors": 3,
+    "formats": 3.5,
     "training": 4,
     "simulate": 5,
     "trajforge": 6,

@@ -1,0 +1,224 @@
+"""ATIF, Harbor's Agent Trajectory Interchange Format (RFC 0001, v1.0-v1.5): one JSON
+object per trajectory (``schema_version``, ``session_id``, ``agent``, ``steps``).
+
+In: each agent step's tool calls become transitions, one per call, with the observation
+results that name the call (``source_call_id``); results that name none go to the step's
+only call, or to its last one. An agent step with results but no tool call becomes a
+``message`` action. User steps before the first agent step are the initial state (the
+first is the instruction); later user and system steps are kept in the next step's
+``extra``. A result that delegates to a sub-agent is shown as a reference line (the
+sub-trajectory is its own record). ``step_id`` may be a number or a numeric string (both
+occur in Harbor's own files). Outputs came from executing the calls in the agent's
+environment (Harbor's runs), so rows are ``executed`` unless the importer is told otherwise.
+
+Out: ``export`` writes ATIF-v1.5 that passes the spec's rules: ``step_id`` 1, 2, ...; each
+``source_call_id`` names a tool call of its step; our exact action, reward and error ride
+in the step's ``extra.trajforge`` so a round trip keeps them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from formats.episode import Episode, Step, as_text, canonical_action, record_id_of, text_action
+from schemas.transition import Action, Transition, canonical_json
+
+NAME = "atif"
+VERSION = "ATIF-v1.5"
+
+
+class RecordError(ValueError):
+    """A record that does not follow the format: the message names the field."""
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise RecordError(message)
+
+
+def episodes(record: Any) -> Iterator[Episode]:
+    _need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
+    steps = record.get("steps")
+    _need(isinstance(steps, list), "steps: missing or not a list")
+    _need(isinstance(record.get("schema_version", ""), str), "schema_version: not a string")
+    session = record.get("session_id")
+    _need(session is None or isinstance(session, str), "session_id: not a string")
+    agent = record.get("agent") if isinstance(record.get("agent"), dict) else {}
+    agent_name = "/".join(str(agent[k]) for k in ("name", "version") if agent.get(k)) or None
+    model = agent.get("model_name") if isinstance(agent.get("model_name"), str) else None
+    users: list[str] = []
+    out: list[Step] = []
+    pending: list[dict[str, str]] = []
+    for index, step in enumerate(steps):
+        where = f"steps[{index}]"
+        _need(isinstance(step, dict), f"{where}: not an object")
+        sid = step.get("step_id")
+        _need(
+            (isinstance(sid, int) and not isinstance(sid, bool)) or (isinstance(sid, str) and sid.strip().isdigit()),
+            f"{where}.step_id: {sid!r} is not an integer",
+        )
+        source = step.get("source")
+        _need(source in ("system", "user", "agent"), f"{where}.source: {source!r} is not system, user or agent")
+        message = as_text(step.get("message"))
+        if source != "agent":
+            if not out and source == "user":
+                users.append(message)
+            elif out or source == "user":
+                pending.append({"source": source, "message": message})
+            continue
+        model = step.get("model_name") if isinstance(step.get("model_name"), str) else model
+        out.extend(_agent_steps(step, where, pending))
+        pending = []
+    if not out:
+        return
+    extra = record.get("extra") if isinstance(record.get("extra"), dict) else {}
+    ours = extra.get("trajforge") if isinstance(extra.get("trajforge"), dict) else {}
+    yield Episode(
+        record_id=session or record_id_of(record),
+        initial="\n\n".join(users),
+        steps=out,
+        instruction=ours.get("instruction") if "instruction" in ours else users[0] if users else None,
+        task_id=ours.get("task_id") if isinstance(ours.get("task_id"), str) else None,
+        domain=ours.get("domain") if isinstance(ours.get("domain"), str) else None,
+        agent=agent_name if not ours else (record.get("agent") or {}).get("name"),
+        model=model,
+        executed=ours.get("executed") if ours.get("executed") in ("executed", "not_executed", "unknown") else "executed",
+        extra={k: record[k] for k in ("notes", "continued_trajectory_ref") if isinstance(record.get(k), str)},
+    )
+
+
+def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterator[Step]:
+    calls = step.get("tool_calls") or []
+    _need(isinstance(calls, list), f"{where}.tool_calls: not a list")
+    observation = step.get("observation") or {}
+    _need(isinstance(observation, dict), f"{where}.observation: not an object")
+    results = observation.get("results") or []
+    _need(isinstance(results, list), f"{where}.observation.results: not a list")
+    by_call: dict[str, list[str]] = {}
+    loose: list[str] = []
+    for j, r in enumerate(results):
+        _need(isinstance(r, dict), f"{where}.observation.results[{j}]: not an object")
+        text = as_text(r.get("content"))
+        refs = r.get("subagent_trajectory_ref") or []
+        if isinstance(refs, list):
+            for ref in refs:
+                if isinstance(ref, dict):
+                    line = f"[sub-agent trajectory {ref.get('session_id')}: {ref.get('trajectory_path') or ''}]"
+                    text += ("\n" if text else "") + line
+        call_id = r.get("source_call_id")
+        (by_call.setdefault(call_id, []) if isinstance(call_id, str) else loose).append(text)
+    ours = (step.get("extra") or {}).get("trajforge") if isinstance(step.get("extra"), dict) else None
+    ours = ours if isinstance(ours, dict) else {}
+    extra = {"before": before} if before else {}
+    if not calls:
+        if results:
+            texts = loose + [t for v in by_call.values() for t in v]
+            action = _ours(ours) or text_action(as_text(step.get("message")))
+            yield Step(action, "\n".join(texts), ours.get("error"), _reward(ours), extra)
+        return
+    for j, call in enumerate(calls):
+        _need(isinstance(call, dict), f"{where}.tool_calls[{j}]: not an object")
+        name, call_id = call.get("function_name"), call.get("tool_call_id")
+        _need(isinstance(name, str) and name != "", f"{where}.tool_calls[{j}].function_name: missing")
+        _need(isinstance(call_id, str), f"{where}.tool_calls[{j}].tool_call_id: missing")
+        args = call.get("arguments", {})
+        args = _json_args(args, f"{where}.tool_calls[{j}].arguments")
+        texts = by_call.get(call_id, [])
+        if j == len(calls) - 1:
+            texts = texts + loose
+        action = _ours(ours) if len(calls) == 1 else None
+        yield Step(
+            action or canonical_action(name, args), "\n".join(texts), ours.get("error"), _reward(ours), extra if j == 0 else {}
+        )
+
+
+def _json_args(args: Any, where: str) -> Any:
+    if isinstance(args, str):  # some producers keep OpenAI's JSON string
+        import json
+
+        try:
+            return json.loads(args)
+        except ValueError:
+            return {"input": args}
+    _need(isinstance(args, dict), f"{where}: not an object")
+    return args
+
+
+def _ours(ours: dict) -> Action | None:
+    action = ours.get("action")
+    if isinstance(action, dict) and isinstance(action.get("kind"), str):
+        return Action(
+            action["kind"],
+            canonical_json(action),
+            ours.get("raw") if isinstance(ours.get("raw"), str) else canonical_json(action),
+        )
+    return None
+
+
+def _reward(ours: dict) -> float | None:
+    r = ours.get("reward")
+    return float(r) if isinstance(r, int | float) and not isinstance(r, bool) else None
+
+
+def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
+    """One trajectory (its transitions in step order) as an ATIF-v1.5 object."""
+    first = trajectory[0]
+    prov = first.provenance
+    steps: list[dict[str, Any]] = [{"step_id": 1, "source": "user", "message": first.state.text}]
+    for t in trajectory:
+        n = len(steps) + 1
+        call_id = f"call_{t.step}"
+        name, args = _tool_call(t.action)
+        ours: dict[str, Any] = {"action": _action_dict(t.action), "raw": t.action.raw, "step": t.step}
+        if t.reward is not None:
+            ours["reward"] = t.reward
+        if t.action_error:
+            ours["error"] = t.action_error
+        steps.append(
+            {
+                "step_id": n,
+                "source": "agent",
+                "message": "",
+                "tool_calls": [{"tool_call_id": call_id, "function_name": name, "arguments": args}],
+                "observation": {"results": [{"source_call_id": call_id, "content": t.next_state.text}]},
+                "extra": {"trajforge": ours},
+            }
+        )
+    agent = {"name": prov.agent or prov.policy or "unknown", "version": prov.collector_version or "0"}
+    if prov.model:
+        agent["model_name"] = prov.model
+    return {
+        "schema_version": VERSION,
+        "session_id": first.trajectory_id,
+        "agent": agent,
+        "steps": steps,
+        "final_metrics": {"total_steps": len(steps)},
+        "extra": {
+            "trajforge": {
+                "domain": first.domain,
+                "task_id": first.task_id,
+                "instruction": first.instruction,
+                "origin": prov.origin,
+                "executed": prov.executed,
+                "source": prov.source,
+                "license": prov.license,
+            }
+        },
+    }
+
+
+def _action_dict(action: Action) -> dict[str, Any]:
+    import json
+
+    return json.loads(action.canonical)
+
+
+def _tool_call(action: Action) -> tuple[str, dict[str, Any]]:
+    """Our action as a tool call a reader of ATIF understands."""
+    args = action.args
+    if action.kind == "call_tool" and isinstance(args.get("name"), str):
+        return args["name"], args.get("arguments") if isinstance(args.get("arguments"), dict) else {}
+    if action.kind == "run":
+        return "bash", {"command": args.get("command", "")}
+    return action.kind, args

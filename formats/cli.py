@@ -1,0 +1,52 @@
+"""``trajforge import`` and ``trajforge export``: the field's trajectory formats in and out."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from formats import EXPORTERS, IMPORTERS
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("import")
+def import_(
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=f"One of: {', '.join(IMPORTERS)}.")],
+    paths: Annotated[list[str], typer.Argument(metavar="PATH...", help="Files (JSON, JSONL) or folders of them.")],
+    store: Annotated[str, typer.Option(help="Store to write into (created if missing).")],
+    source: Annotated[str, typer.Option(help="Name of the dataset the files come from (the run is import-<source>).")],
+    license: Annotated[str | None, typer.Option("--license", help="The data's licence, an SPDX id where known.")] = None,
+    domain: Annotated[str | None, typer.Option(help="Domain of every trajectory (default: inferred).")] = None,
+    executed: Annotated[
+        str | None, typer.Option(help="executed, not_executed or unknown: overrides what the format implies.")
+    ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="A malformed record ends the import (default: skip it).")] = False,
+) -> None:
+    """Import another project's trajectories into a store; re-importing adds nothing."""
+    from formats.importer import import_files, summary_lines
+    from schemas.domains import NAMES
+    from schemas.errors import ConfigError
+
+    if domain is not None and domain not in NAMES:
+        raise ConfigError(f"--domain: unknown domain {domain!r} (known: {', '.join(NAMES)})")
+    summary = import_files(fmt, paths, store, source=source, license=license, domain=domain, executed=executed, strict=strict)
+    for line in summary_lines(summary):
+        typer.echo(line)
+
+
+@app.command("export")
+def export(
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=f"One of: {', '.join(EXPORTERS)}.")],
+    store: Annotated[str, typer.Option(help="Store to read.")],
+    out: Annotated[str, typer.Option(help="Folder to write into.")],
+    where: Annotated[
+        str | None, typer.Option(help="SQL condition over the transitions view: the trajectories to export.")
+    ] = None,
+) -> None:
+    """Write a selection of a store's trajectories in one of the field's formats."""
+    from formats.exporter import export_store
+
+    s = export_store(fmt, store, out, where=where)
+    typer.echo(f"exported {s.trajectories} trajectories ({s.transitions} transitions) to {s.files} files in {out}")

@@ -1,0 +1,197 @@
+"""What a converter hands over: an episode as the source tells it, and its transitions.
+
+A source trajectory becomes an ``Episode``: the text the agent saw before its first action
+(``initial``), then ``Step`` s, each an action and the observation that followed. The
+transition of step k has the observation before it as its state (``initial`` for the
+first) and the one after as its next state. Ids are derived from the source and its
+record id, so importing the same record again gives the same ids::
+
+    ep = Episode(record_id="run-7", initial="Fix the bug", steps=[Step(canonical_action("bash", {"command": "ls"}), "a.py")])
+    transitions = to_transitions(ep, Origin(source="acme-runs", format="atif", file="runs.jsonl"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.transition import Action, Observation, Provenance, Transition, canonical_json
+from schemas.volatile import detect_spans
+
+#: Tool names that run a shell command (the agent frameworks' spellings) -> trajforge's ``run``.
+SHELL_TOOLS = frozenset({"bash", "execute_bash", "run", "shell", "terminal", "run_command", "execute_command", "cmd", "exec"})
+#: Tool names of the file editor OpenHands and SWE-agent share (``command``: view, create, ...).
+EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "edit_file", "file_editor"})
+#: Tools that type into a terminal (Terminus: ``bash_command`` with ``keystrokes``) -> ``send_keys``.
+KEYSTROKE_TOOLS = frozenset({"bash_command", "send_keys", "keystrokes"})
+#: Tools that end the episode -> ``finish``.
+FINISH_TOOLS = frozenset({"submit", "finish", "mark_task_complete", "task_complete"})
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action and what followed it. ``error``: the source says the action failed."""
+
+    action: Action
+    observation: str
+    error: str | None = None
+    reward: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One trajectory as a source tells it."""
+
+    record_id: str
+    initial: str
+    steps: list[Step]
+    instruction: str | None = None
+    task_id: str | None = None
+    domain: str | None = None  # None: the importer's --domain, else inferred from the actions
+    agent: str | None = None
+    model: str | None = None
+    executed: str = "unknown"
+    reward: float | None = None  # the episode's outcome, on its last step
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where an import reads from: the source dataset's name, the format, the file, and
+    the licence (SPDX) when known."""
+
+    source: str
+    format: str
+    file: str
+    license: str | None = None
+    run_id: str = "import"
+    domain: str | None = None  # forced by the user
+
+
+def stable_id(*parts: str) -> str:
+    return hashlib.blake2b("\x00".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def record_id_of(value: Any) -> str:
+    """A record's id when the source gives none: the hash of its canonical JSON."""
+    return "sha-" + stable_id(canonical_json(value))[:24]
+
+
+def canonical_action(name: str, arguments: Any, raw: str | None = None) -> Action:
+    """A tool call as trajforge's action where it maps to a known one (a shell command ->
+    ``run``; the file editor's create / view / str_replace / insert -> the SWE actions; a
+    finish or submit), else the generic ``call_tool`` with the name and arguments."""
+    args = arguments if isinstance(arguments, dict) else {"input": arguments}
+    raw = raw if raw is not None else canonical_json({"name": name, "arguments": arguments})
+    lname = name.lower()
+    command = args.get("command") if isinstance(args.get("command"), str) else None
+    if lname in SHELL_TOOLS and command is not None and set(args) <= {"command", "timeout", "is_input", "security_risk"}:
+        return Action.make("run", raw=raw, command=command, timeout=30.0)
+    if lname in EDITOR_TOOLS and isinstance(args.get("path"), str):
+        path = args["path"]
+        if command == "create" and isinstance(args.get("file_text"), str):
+            return Action.make("create", raw=raw, path=path, content=args["file_text"])
+        if command == "str_replace" and isinstance(args.get("old_str"), str):
+            return Action.make("str_replace", raw=raw, path=path, old=args["old_str"], new=str(args.get("new_str") or ""))
+        if command == "insert" and isinstance(args.get("insert_line"), int) and isinstance(args.get("new_str"), str):
+            return Action.make("insert", raw=raw, path=path, line=args["insert_line"], text=args["new_str"])
+        if command == "view" and not args.get("view_range"):
+            return Action.make("view", raw=raw, path=path, start=1, end=None)
+    if lname in KEYSTROKE_TOOLS and isinstance(args.get("keystrokes"), str) and set(args) <= {"keystrokes", "duration"}:
+        keys = args["keystrokes"]
+        return Action.make("send_keys", raw=raw, keys=keys.removesuffix("\n"), enter=keys.endswith("\n"), special=False)
+    if lname in FINISH_TOOLS and set(args) <= {"message", "answer", "result", "outputs", "task_completed"}:
+        answer = args.get("answer", args.get("message", args.get("result", "")))
+        return Action.make("finish", raw=raw, answer=answer if isinstance(answer, str) else canonical_json(answer))
+    return Action.make("call_tool", raw=raw, name=name, arguments=args)
+
+
+def text_action(text: str) -> Action:
+    """An action the source gives as free text only (no tool call)."""
+    return Action.make("message", raw=text, text=text)
+
+
+def infer_domain(ep: Episode) -> str:
+    """swe when the agent edits files or the source is a SWE run, terminal when it only runs
+    shell commands, else mcp (tool calls)."""
+    kinds = {s.action.kind for s in ep.steps}
+    if kinds & {"create", "str_replace", "insert", "view", "run_tests", "submit"}:
+        return "swe"
+    if kinds and kinds <= {"run", "send_keys", "interrupt", "finish", "message"}:
+        return "terminal"
+    return "mcp"
+
+
+def to_transitions(
+    ep: Episode, origin: Origin, *, trajectory_key: tuple[str, ...] = (), collected_at: datetime | None = None
+) -> list[Transition]:
+    """An episode's transitions (empty for an episode without steps). The trajectory id
+    comes from the source's name, the record id and ``trajectory_key`` (the importer passes
+    the digest of the record's bytes and the episode's place in it: two different records
+    that share an id, as files from one run often do, stay apart)."""
+    domain = origin.domain or ep.domain or infer_domain(ep)
+    trajectory_id = "imp-" + stable_id(origin.source, ep.record_id, *trajectory_key)
+    provenance = Provenance(
+        run_id=origin.run_id,
+        collector=f"import:{origin.format}",
+        collector_version="1",
+        policy=ep.agent or "unknown",
+        model=ep.model,
+        job_id=origin.run_id,
+        collected_at=collected_at or datetime.now(UTC),
+        extra=canonical_json(ep.extra),
+        origin="imported",
+        executed=ep.executed,
+        source=origin.source,
+        source_format=origin.format,
+        source_file=origin.file,
+        source_record=ep.record_id,
+        license=origin.license,
+        agent=ep.agent,
+    )
+    out: list[Transition] = []
+    state = _observation(ep.initial)
+    last = len(ep.steps) - 1
+    for i, step in enumerate(ep.steps):
+        next_state = _observation(step.observation, step.extra)
+        reward = step.reward if step.reward is not None else (ep.reward if i == last else None)
+        out.append(
+            Transition.create(
+                trajectory_id=trajectory_id,
+                step=i,
+                domain=domain,
+                env_id=f"import:{origin.format}",
+                task_id=ep.task_id or ep.record_id,
+                instruction=ep.instruction,
+                state=state,
+                action=step.action,
+                next_state=next_state,
+                provenance=provenance,
+                reward=reward,
+                terminated=i == last,
+                action_error=step.error,
+            )
+        )
+        state = next_state
+    return out
+
+
+def _observation(text: str, extra: dict[str, Any] | None = None) -> Observation:
+    return Observation.make(text, "text", extra=extra, spans=detect_spans(text))
+
+
+def as_text(value: Any) -> str:
+    """A source's content as text: strings as they are, lists of content parts joined,
+    anything else as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        parts = [p.get("text") if isinstance(p.get("text"), str) else json.dumps(p, ensure_ascii=False) for p in value]
+        return "\n".join(parts)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,277 @@
+"""``trajforge import FORMAT PATH...``: stream another project's trajectories into a store.
+
+Files are read one record at a time (JSONL line by line; a JSON array item by item with
+ijson; a JSON object whole), so memory stays flat whatever the file size. Each record goes
+through its format's converter (``formats.<name>.episodes``) and becomes whole
+trajectories of ``imported`` transitions in the run ``import-<source>``. Trajectories are
+written whole, many to a record batch, and shards are committed as the collectors commit
+them, so a killed import leaves whole trajectories only; running the same command again
+skips every trajectory already in the run (ids come from the source name and the record's
+own bytes) and writes the rest, so re-importing a file adds nothing. A malformed record is
+skipped and counted with its file, line or item and reason (``--strict``: the first one
+ends the import with that line as the error).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from formats import format_module
+from formats.episode import Origin, to_transitions
+from pipelines.store.reader import Store
+from pipelines.store.repair import repair
+from pipelines.store.shards import read_column
+from pipelines.store.writer import ShardWriter
+from schemas.errors import ConfigError, SchemaError
+from schemas.transition import EXECUTED, Transition
+
+SUFFIXES = (".json", ".jsonl", ".traj", ".ndjson")
+BATCH_ROWS = 2048  # whole trajectories buffered per domain before a record batch is written
+SHOWN_PROBLEMS = 20
+
+
+@dataclass
+class Problem:
+    file: str
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.where}: {self.reason}"
+
+
+@dataclass
+class ImportSummary:
+    run_id: str
+    files: int = 0
+    records: int = 0
+    trajectories: int = 0
+    transitions: int = 0
+    already_imported: int = 0
+    empty: int = 0  # records without a single action
+    malformed: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    by_domain: dict[str, int] = field(default_factory=dict)
+
+    def problem(self, p: Problem) -> None:
+        self.malformed += 1
+        if len(self.problems) < SHOWN_PROBLEMS:
+            self.problems.append(p)
+
+
+@dataclass(frozen=True)
+class Record:
+    file: str
+    where: str  # "line 7", "item 3", "record"
+    value: Any
+    digest: str  # of the record's own bytes (or canonical JSON): part of its trajectory ids
+
+
+def source_files(paths: Sequence[str | os.PathLike[str]]) -> Iterator[Path]:
+    """The files to read: each file given, and the JSON files under each folder, in order."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        elif path.is_file():
+            yield path
+        else:
+            raise ConfigError(f"{path}: no such file or folder")
+
+
+def records(path: Path) -> Iterator[Record | Problem]:
+    """One file's records, streamed; a part that does not parse is a ``Problem``."""
+    name = str(path)
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip()
+        f.seek(0)
+        if path.suffix in (".jsonl", ".ndjson") or (head[:1] == b"{" and _many_lines(head)):
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except ValueError as exc:
+                    yield Problem(name, f"line {n}", f"not JSON ({_short(exc)})")
+                    continue
+                yield Record(name, f"line {n}", value, _digest(line.strip()))
+        elif head[:1] == b"[":
+            yield from _array_items(f, name)
+        else:
+            data = f.read()
+            try:
+                value = json.loads(data)
+            except ValueError as exc:
+                yield Problem(name, "record", f"not JSON ({_short(exc)})")
+                return
+            yield Record(name, "record", value, _digest(data))
+
+
+def _many_lines(head: bytes) -> bool:
+    """A .json file that is really JSON Lines: its first line is a whole object."""
+    first = head.split(b"\n", 1)[0]
+    try:
+        json.loads(first)
+    except ValueError:
+        return False
+    return b"\n" in head and head.split(b"\n", 1)[1].strip()[:1] == b"{"
+
+
+def _array_items(f, name: str) -> Iterator[Record | Problem]:
+    import ijson
+
+    n = -1
+    try:
+        for n, value in enumerate(ijson.items(f, "item", use_float=True)):
+            yield Record(name, f"item {n}", value, _digest(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()))
+    except (ijson.JSONError, ValueError) as exc:  # a truncated or broken array: the items before it stand
+        yield Problem(name, f"item {n + 1}", f"not JSON ({_short(exc)})")
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+
+
+def run_id_for(source: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", source).strip("-.") or "source"
+    return f"import-{slug[:80]}"
+
+
+def existing_trajectories(store: Store, run_id: str) -> set[str]:
+    """The trajectory ids already in a run (every domain): what a re-import skips. A killed
+    import's unfinished shard is recovered first (its whole batches), as its writer would."""
+    if store.exists() and any(run.run_id == run_id for run in store.runs()):
+        repair(store.sfs, run_prefix=run_id)
+    found: set[str] = set()
+    for shard in store.shards():
+        if shard.run.run_id == run_id:
+            found.update(read_column(store.sfs, shard.path, "trajectory_id").unique().to_pylist())
+    return found
+
+
+def import_files(
+    fmt: str,
+    paths: Sequence[str | os.PathLike[str]],
+    store: str | os.PathLike[str],
+    *,
+    source: str,
+    license: str | None = None,
+    domain: str | None = None,
+    executed: str | None = None,
+    strict: bool = False,
+) -> ImportSummary:
+    """Import every record of ``paths`` (files or folders) in format ``fmt`` into ``store``."""
+    module = format_module(fmt)
+    if not source.strip():
+        raise ConfigError("--source: name the dataset the files come from")
+    if executed is not None and executed not in EXECUTED:
+        raise ConfigError(f"--executed: {executed!r} is not one of {', '.join(EXECUTED)}")
+    files = list(source_files(paths))
+    handle = Store.open(os.fspath(store), must_exist=False)
+    summary = ImportSummary(run_id_for(source))
+    seen = existing_trajectories(handle, summary.run_id)
+    sink = _Sink(handle, summary)
+    try:
+        for path in files:
+            summary.files += 1
+            origin = Origin(source, fmt, path.name, license, summary.run_id, domain)
+            for item in records(path):
+                if isinstance(item, Problem):
+                    _fail(summary, item, strict)
+                    continue
+                summary.records += 1
+                try:
+                    trajectories = [
+                        to_transitions(
+                            ep if executed is None else _with(ep, executed), origin, trajectory_key=(item.digest, str(k))
+                        )
+                        for k, ep in enumerate(module.episodes(item.value))
+                    ]
+                except (ValueError, TypeError, KeyError, SchemaError) as exc:
+                    _fail(summary, Problem(item.file, item.where, _short(exc)), strict)
+                    continue
+                if not any(trajectories):
+                    summary.empty += 1
+                for transitions in trajectories:
+                    if not transitions:
+                        continue
+                    if transitions[0].trajectory_id in seen:
+                        summary.already_imported += 1
+                        continue
+                    seen.add(transitions[0].trajectory_id)
+                    sink.add(transitions)
+    finally:
+        sink.close()
+    return summary
+
+
+def _with(ep, executed: str):
+    from dataclasses import replace
+
+    return replace(ep, executed=executed)
+
+
+def _fail(summary: ImportSummary, problem: Problem, strict: bool) -> None:
+    if strict:
+        raise ConfigError(str(problem))
+    summary.problem(problem)
+
+
+class _Sink:
+    """Whole trajectories into one writer per domain, many trajectories to a record batch."""
+
+    def __init__(self, store: Store, summary: ImportSummary) -> None:
+        self.store, self.summary = store, summary
+        self.writers: dict[str, ShardWriter] = {}
+        self.buffers: dict[str, list[Transition]] = {}
+
+    def add(self, transitions: list[Transition]) -> None:
+        d = transitions[0].domain
+        buf = self.buffers.setdefault(d, [])
+        buf.extend(transitions)
+        self.summary.trajectories += 1
+        self.summary.transitions += len(transitions)
+        self.summary.by_domain[d] = self.summary.by_domain.get(d, 0) + len(transitions)
+        if len(buf) >= BATCH_ROWS:
+            self._flush(d)
+
+    def _flush(self, domain: str) -> None:
+        buf = self.buffers.get(domain)
+        if not buf:
+            return
+        if domain not in self.writers:
+            self.writers[domain] = ShardWriter(self.store, domain, self.summary.run_id)
+        self.writers[domain].write_episode(buf)  # whole trajectories: a kill keeps all of them or none
+        self.buffers[domain] = []
+
+    def close(self) -> None:
+        try:
+            for domain in list(self.buffers):
+                self._flush(domain)
+        finally:
+            for w in self.writers.values():
+                w.close()
+
+
+def summary_lines(s: ImportSummary) -> list[str]:
+    domains = ", ".join(f"{d} {n}" for d, n in sorted(s.by_domain.items())) or "none"
+    lines = [
+        f"imported {s.trajectories} trajectories ({s.transitions} transitions: {domains}) from {s.records} records "
+        f"in {s.files} files into run {s.run_id}",
+        f"already imported: {s.already_imported}; without actions: {s.empty}; malformed: {s.malformed}",
+    ]
+    lines += [f"  skipped {p}" for p in s.problems]
+    if s.malformed > len(s.problems):
+        lines.append(f"  ... and {s.malformed - len(s.problems)} more")
+    return lines

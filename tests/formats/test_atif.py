@@ -1,0 +1,197 @@
+"""ATIF in and out: Harbor's own files import field by field, malformed records are
+skipped and named, re-imports add nothing, a killed import resumes, and our exports pass
+the spec's rules and import back unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from formats.exporter import export_store
+from formats.importer import import_files
+from pipelines.query import run_query
+from schemas.errors import ConfigError
+from tests.conftest import cli
+
+ROWS = (
+    "SELECT trajectory_id AS tid, step, domain, task_id, instruction, state.text AS state, action.kind AS kind,"
+    " action.canonical AS action, next_state.text AS obs, reward, terminated, action_error,"
+    " provenance.origin AS origin, provenance.executed AS executed, provenance.source AS source,"
+    " provenance.source_format AS fmt, provenance.source_file AS file, provenance.source_record AS record,"
+    " provenance.license AS license, provenance.agent AS agent, provenance.model AS model"
+    " FROM transitions ORDER BY file, tid, step"
+)
+
+
+def rows(store) -> list[dict]:
+    return run_query(ROWS, str(store)).to_pylist()
+
+
+def test_harbor_files_import_field_by_field(agent_data, tmp_path):
+    s = import_files("atif", [agent_data / "atif"], tmp_path, source="harbor-goldens", license="Apache-2.0")
+    assert (s.files, s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 2, 6, 0)
+    got = rows(tmp_path)
+    assert {r["origin"] for r in got} == {"imported"} and {r["executed"] for r in got} == {"executed"}
+    assert {(r["source"], r["fmt"], r["license"], r["record"]) for r in got} == {
+        ("harbor-goldens", "atif", "Apache-2.0", "NORMALIZED_SESSION_ID")
+    }
+    openhands = [r for r in got if r["file"] == "hello-world.trajectory.json"]
+    assert [r["kind"] for r in openhands] == ["create", "finish"]
+    assert json.loads(openhands[0]["action"]) == {"kind": "create", "path": "/app/hello.txt", "content": "Hello, world!"}
+    assert openhands[0]["obs"] == "File created successfully at: /app/hello.txt"
+    assert openhands[0]["instruction"].startswith('Create a file called hello.txt with "Hello, world!"')
+    assert openhands[0]["state"] == openhands[0]["instruction"]  # the user's message is the first state
+    assert openhands[1]["state"] == openhands[0]["obs"] and openhands[1]["terminated"]
+    assert {r["domain"] for r in openhands} == {"swe"} and openhands[0]["agent"] == "openhands/1.0.0"
+    terminus = [r for r in got if r["file"] == "hello-world-invalid-json.trajectory.json"]
+    assert [r["kind"] for r in terminus] == ["message", "send_keys", "finish", "finish"]
+    assert terminus[0]["obs"].startswith("Previous response had parsing errors")  # an agent turn with no tool call
+    assert json.loads(terminus[1]["action"]) == {
+        "kind": "send_keys",
+        "keys": "printf 'Hello, world!\\n' > hello.txt",
+        "enter": True,
+        "special": False,
+    }
+    assert "printf 'Hello, world!" in terminus[1]["obs"]
+    assert {r["domain"] for r in terminus} == {"terminal"}
+    assert (terminus[0]["agent"], terminus[0]["model"]) == ("terminus-2/2.0.0", "openai/gpt-4o")
+    # both files carry the same session id: two records, two trajectories
+    assert len({r["tid"] for r in got}) == 2
+
+
+def test_reimport_adds_nothing_and_ids_are_stable(agent_data, tmp_path):
+    first = import_files("atif", [agent_data / "atif"], tmp_path / "a", source="goldens")
+    again = import_files("atif", [agent_data / "atif"], tmp_path / "a", source="goldens")
+    assert (again.trajectories, again.already_imported) == (0, 2)
+    other = import_files("atif", [agent_data / "atif"], tmp_path / "b", source="goldens")
+    assert first.transitions == other.transitions == len(rows(tmp_path / "a")) == 6
+    assert [r["tid"] for r in rows(tmp_path / "a")] == [r["tid"] for r in rows(tmp_path / "b")]
+
+
+def _record(session: str, calls: list, results: list, **more) -> dict:
+    return {
+        "schema_version": "ATIF-v1.2",
+        "session_id": session,
+        "agent": {"name": "probe", "version": "1"},
+        "steps": [
+            {"step_id": 1, "source": "user", "message": "list the files"},
+            {"step_id": 2, "source": "agent", "message": "", "tool_calls": calls, "observation": {"results": results}},
+            *more.get("after", []),
+        ],
+    }
+
+
+def test_parallel_calls_get_their_own_results(tmp_path):
+    calls = [
+        {"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}},
+        {"tool_call_id": "b", "function_name": "weather", "arguments": {"city": "Oslo"}},
+    ]
+    results = [{"source_call_id": "b", "content": "rain"}, {"source_call_id": "a", "content": "x.txt"}, {"content": "note"}]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(_record("s1", calls, results)))
+    import_files("atif", [path], tmp_path / "st", source="probe")
+    got = rows(tmp_path / "st")
+    assert [(r["kind"], r["obs"]) for r in got] == [("run", "x.txt"), ("call_tool", "rain\nnote")]
+    assert json.loads(got[1]["action"]) == {"kind": "call_tool", "name": "weather", "arguments": {"city": "Oslo"}}
+    assert got[1]["state"] == "x.txt" and got[0]["domain"] == "mcp"
+
+
+def test_malformed_records_are_skipped_and_named(tmp_path):
+    good = _record("ok", [{"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}}], [])
+    bad_step_id = json.loads(json.dumps(good)) | {"session_id": "bad-id"}
+    bad_step_id["steps"][1]["step_id"] = "two"
+    no_name = json.loads(json.dumps(good)) | {"session_id": "no-name"}
+    del no_name["steps"][1]["tool_calls"][0]["function_name"]
+    lines = [json.dumps(good), json.dumps(bad_step_id), '{"steps": 3}', json.dumps(no_name), "[1, 2", json.dumps([1])]
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "cut.json").write_text(json.dumps(good)[:-40])  # truncated
+    (tmp_path / "array.json").write_text("[" + json.dumps(good) + ", " + json.dumps(good)[:50])  # a cut array
+    s = import_files("atif", [tmp_path], tmp_path / "st", source="probe")
+    assert (s.trajectories, s.malformed) == (2, 7)  # the good line and the array's whole first item; 5 + 1 + 1 bad
+    said = [str(p) for p in s.problems]
+    assert any("runs.jsonl: line 2: steps[1].step_id: 'two' is not an integer" in p for p in said), said
+    assert any("runs.jsonl: line 3: steps: missing or not a list" in p for p in said), said
+    assert any("runs.jsonl: line 4: steps[1].tool_calls[0].function_name: missing" in p for p in said), said
+    assert any("runs.jsonl: line 5: not JSON" in p for p in said) and any("line 6: expected a JSON object" in p for p in said)
+    assert any("cut.json: record: not JSON" in p for p in said) and any("array.json: item 1: not JSON" in p for p in said)
+    with pytest.raises(ConfigError, match=r"runs.jsonl: line 2: steps\[1\].step_id"):
+        import_files("atif", [tmp_path / "runs.jsonl"], tmp_path / "st2", source="probe", strict=True)
+    r = cli(
+        "import", "atif", str(tmp_path / "runs.jsonl"), "--store", str(tmp_path / "st3"), "--source", "p", "--strict", check=False
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.startswith("error: ")
+
+
+def _check_atif_rules(doc: dict) -> None:
+    """The spec's rules (RFC 0001): schema_version set; step_id 1, 2, ...; sources known; each
+    source_call_id names a tool call of its own step; tool calls have id, name, object args."""
+    assert doc["schema_version"].startswith("ATIF-v") and isinstance(doc["session_id"], str)
+    assert isinstance(doc["agent"]["name"], str) and isinstance(doc["agent"]["version"], str)
+    assert [s["step_id"] for s in doc["steps"]] == list(range(1, len(doc["steps"]) + 1))
+    for s in doc["steps"]:
+        assert s["source"] in ("system", "user", "agent") and isinstance(s["message"], str)
+        ids = {c["tool_call_id"] for c in s.get("tool_calls", [])}
+        for c in s.get("tool_calls", []):
+            assert isinstance(c["function_name"], str) and isinstance(c["arguments"], dict)
+        for r in s.get("observation", {}).get("results", []):
+            assert r.get("source_call_id") is None or r["source_call_id"] in ids
+
+
+def test_round_trip_keeps_every_field_both_sides_hold(agent_data, tmp_path):
+    from collectors.synth import synth_store
+    from pipelines.store import Store
+
+    import_files("atif", [agent_data / "atif"], tmp_path / "a", source="goldens", license="Apache-2.0")
+    synth_store(Store.open(str(tmp_path / "a"), must_exist=False), transitions=60, seed=3)  # collected data exports too
+    s = export_store("atif", tmp_path / "a", tmp_path / "out")
+    assert s.trajectories == s.files and s.trajectories > 2
+    for path in (tmp_path / "out").glob("*.json"):
+        _check_atif_rules(json.loads(path.read_text()))
+    import_files("atif", [tmp_path / "out"], tmp_path / "b", source="again")
+    kept = ("step", "domain", "task_id", "instruction", "state", "kind", "action", "obs", "reward", "terminated", "action_error")
+    before = sorted(tuple(r[k] for k in kept) for r in rows(tmp_path / "a"))
+    after = sorted(tuple(r[k] for k in kept) for r in rows(tmp_path / "b"))
+    assert before == after
+    assert {r["executed"] for r in rows(tmp_path / "b")} == {"executed"}
+    # --where picks trajectories
+    s = export_store("atif", tmp_path / "a", tmp_path / "some", where="provenance.origin = 'imported'")
+    assert s.trajectories == 2
+
+
+def test_a_killed_import_resumes_without_duplicates(agent_data, tmp_path):
+    base = json.loads((agent_data / "atif" / "hello-world.trajectory.json").read_text())
+    n = 6000
+    with open(tmp_path / "many.jsonl", "w") as f:
+        for i in range(n):
+            f.write(json.dumps(base | {"session_id": f"s-{i}"}) + "\n")
+    cmd = [
+        sys.executable,
+        "trajforge.py",
+        "import",
+        "atif",
+        str(tmp_path / "many.jsonl"),
+        "--store",
+        str(tmp_path / "st"),
+        "--source",
+        "big",
+    ]
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    run = tmp_path / "st" / "raw" / "swe" / "import-big"
+    while time.monotonic() < deadline and not any(run.glob("*.arrow*")):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resumed = import_files("atif", [tmp_path / "many.jsonl"], tmp_path / "st", source="big")
+    assert resumed.already_imported > 0 and resumed.trajectories > 0  # it was killed midway
+    got = run_query("SELECT count(*) AS n, count(DISTINCT trajectory_id) AS t FROM transitions", str(tmp_path / "st")).to_pylist()
+    assert got == [{"n": 2 * n, "t": n}]
