@@ -16,8 +16,14 @@ from types import ModuleType
 from schemas.errors import ConfigError
 
 #: format name -> module; a module has ``NAME``, ``episodes`` and, if exportable, ``export``.
-IMPORTERS = {"atif": "formats.atif"}
-EXPORTERS = {"atif": "formats.atif"}
+IMPORTERS = {
+    "atif": "formats.atif",
+    "adp": "formats.adp",
+    "swe-agent": "formats.swe_agent",
+    "openhands": "formats.openhands",
+    "openai-messages": "formats.openai_messages",
+}
+EXPORTERS = {"atif": "formats.atif", "adp": "formats.adp", "openai-messages": "formats.openai_messages"}
 
 
 def format_module(name: str, *, export: bool = False) -> ModuleType:

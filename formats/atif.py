@@ -37,7 +37,7 @@ def _need(cond: bool, message: str) -> None:
         raise RecordError(message)
 
 
-def episodes(record: Any) -> Iterator[Episode]:
+def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     _need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
     steps = record.get("steps")
     _need(isinstance(steps, list), "steps: missing or not a list")

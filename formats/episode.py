@@ -115,11 +115,20 @@ def text_action(text: str) -> Action:
     return Action.make("message", raw=text, text=text)
 
 
+#: SWE-agent's interface commands, as tools (ADP's SWE datasets call them so).
+SWE_TOOLS = frozenset(
+    {"open", "goto", "scroll_up", "scroll_down", "create", "edit", "search_dir", "search_file", "find_file", "submit"}
+)
+
+
 def infer_domain(ep: Episode) -> str:
-    """swe when the agent edits files or the source is a SWE run, terminal when it only runs
-    shell commands, else mcp (tool calls)."""
+    """swe when the agent edits files or uses SWE-agent's commands, terminal when it only
+    runs shell commands, else mcp (tool calls)."""
     kinds = {s.action.kind for s in ep.steps}
     if kinds & {"create", "str_replace", "insert", "view", "run_tests", "submit"}:
+        return "swe"
+    tools = {s.action.args.get("name") for s in ep.steps if s.action.kind == "call_tool"}
+    if tools & SWE_TOOLS:
         return "swe"
     if kinds and kinds <= {"run", "send_keys", "interrupt", "finish", "message"}:
         return "terminal"

@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,8 +86,10 @@ def source_files(paths: Sequence[str | os.PathLike[str]]) -> Iterator[Path]:
             raise ConfigError(f"{path}: no such file or folder")
 
 
-def records(path: Path) -> Iterator[Record | Problem]:
-    """One file's records, streamed; a part that does not parse is a ``Problem``."""
+def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Iterator[Record | Problem]:
+    """One file's records, streamed; a part that does not parse is a ``Problem``. A JSON
+    array is a list of records, or one record when ``whole_array(first item)`` says so (an
+    OpenHands event list, a bare list of chat messages)."""
     name = str(path)
     with open(path, "rb") as f:
         head = f.read(4096).lstrip()
@@ -103,7 +105,7 @@ def records(path: Path) -> Iterator[Record | Problem]:
                     continue
                 yield Record(name, f"line {n}", value, _digest(line.strip()))
         elif head[:1] == b"[":
-            yield from _array_items(f, name)
+            yield from _array_items(f, name, whole_array)
         else:
             data = f.read()
             try:
@@ -124,15 +126,23 @@ def _many_lines(head: bytes) -> bool:
     return b"\n" in head and head.split(b"\n", 1)[1].strip()[:1] == b"{"
 
 
-def _array_items(f, name: str) -> Iterator[Record | Problem]:
+def _array_items(f, name: str, whole_array: Callable[[Any], bool] | None) -> Iterator[Record | Problem]:
     import ijson
 
-    n = -1
+    n, whole = -1, None
     try:
         for n, value in enumerate(ijson.items(f, "item", use_float=True)):
-            yield Record(name, f"item {n}", value, _digest(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()))
+            if n == 0 and whole_array is not None and whole_array(value):
+                whole = [value]
+            elif whole is not None:
+                whole.append(value)
+            else:
+                yield Record(name, f"item {n}", value, _digest(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()))
     except (ijson.JSONError, ValueError) as exc:  # a truncated or broken array: the items before it stand
-        yield Problem(name, f"item {n + 1}", f"not JSON ({_short(exc)})")
+        yield Problem(name, "record" if whole is not None else f"item {n + 1}", f"not JSON ({_short(exc)})")
+        return
+    if whole is not None:
+        yield Record(name, "record", whole, _digest(json.dumps(whole, sort_keys=True, ensure_ascii=False).encode()))
 
 
 def _digest(data: bytes) -> str:
@@ -186,7 +196,7 @@ def import_files(
         for path in files:
             summary.files += 1
             origin = Origin(source, fmt, path.name, license, summary.run_id, domain)
-            for item in records(path):
+            for item in records(path, getattr(module, "whole_array", None)):
                 if isinstance(item, Problem):
                     _fail(summary, item, strict)
                     continue
@@ -196,7 +206,7 @@ def import_files(
                         to_transitions(
                             ep if executed is None else _with(ep, executed), origin, trajectory_key=(item.digest, str(k))
                         )
-                        for k, ep in enumerate(module.episodes(item.value))
+                        for k, ep in enumerate(module.episodes(item.value, path.stem))
                     ]
                 except (ValueError, TypeError, KeyError, SchemaError) as exc:
                     _fail(summary, Problem(item.file, item.where, _short(exc)), strict)

@@ -1,0 +1,210 @@
+"""ADP, the Agent Data Protocol (neulab/agent-data-protocol): a trajectory is ``id``,
+``content`` (actions and observations in order, each with ``class_``) and ``details``.
+
+In: each action (``api_action``: function and kwargs; ``code_action``: language and code;
+``message_action``: content) becomes a transition; the observations after it, up to the
+next action, are its next state (``text_observation``: content; ``web_observation``: the
+accessibility tree, else the HTML). Observations before the first action are the first
+state; the first user text is the instruction. Web observations make the domain web and
+their text an ``a11y_tree``; code actions in bash run as ``run``; BrowserGym calls (click,
+fill ...) as our web actions. Whether the source executed anything ADP does not say:
+``unknown`` unless the importer is told. ``kwargs`` values that are JSON-quoted strings (as
+some converters wrote them) are unquoted.
+
+Out: ``export`` writes one ADP trajectory per line: our actions as ``api_action`` (our
+kind as the function, its arguments as kwargs), our observations as ``text_observation``
+(source environment), the instruction first (source user), and ``details.trajforge``
+with what a round trip needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from formats.episode import Episode, Step, as_text, canonical_action, record_id_of
+from schemas.transition import Action, Transition, canonical_json
+
+NAME = "adp"
+ONE_FILE_PER_TRAJECTORY = False
+ACTIONS = ("api_action", "code_action", "message_action")
+OBSERVATIONS = ("text_observation", "web_observation", "image_observation")
+#: BrowserGym calls (ADP's web datasets) -> our web actions, argument by argument.
+BROWSER = {
+    "click": ("click", {"bid": "bid"}),
+    "fill": ("fill", {"bid": "bid", "value": "text"}),
+    "hover": ("hover", {"bid": "bid"}),
+    "select_option": ("select_option", {"bid": "bid", "options": "value"}),
+    "goto": ("goto", {"url": "url"}),
+    "go_back": ("go_back", {}),
+    "send_msg_to_user": ("send_msg_to_user", {"text": "text"}),
+    "noop": ("noop", {}),
+}
+
+
+class RecordError(ValueError):
+    pass
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise RecordError(message)
+
+
+def _unquote(value: Any) -> Any:
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _action(item: dict, where: str, web: bool) -> Action:
+    kind = item["class_"]
+    if kind == "api_action":
+        fn = item.get("function")
+        _need(isinstance(fn, str) and fn != "", f"{where}.function: missing")
+        kwargs = item.get("kwargs", {})
+        _need(isinstance(kwargs, dict), f"{where}.kwargs: not an object")
+        kwargs = {k: _unquote(v) for k, v in kwargs.items()}
+        if web and fn in BROWSER and set(kwargs) <= set(BROWSER[fn][1]):
+            kind_, names = BROWSER[fn]
+            args = {names[k]: v for k, v in kwargs.items()}
+            return Action.make(kind_, raw=canonical_json({"function": fn, "kwargs": kwargs}), **args)
+        return canonical_action(fn, kwargs)
+    if kind == "code_action":
+        code = item.get("content")
+        _need(isinstance(code, str), f"{where}.content: missing or not a string")
+        language = item.get("language") or ""
+        if language in ("bash", "shell", "sh"):
+            return Action.make("run", raw=code, command=code, timeout=30.0)
+        return Action.make("call_tool", raw=code, name=f"execute_{language or 'code'}", arguments={"code": code})
+    text = as_text(item.get("content"))
+    return Action.make("message", raw=text, text=text)
+
+
+def _observation(item: dict) -> tuple[str, bool]:
+    """An observation's text and whether it is a web page."""
+    if item["class_"] == "web_observation":
+        for key in ("axtree", "html"):
+            v = item.get(key)
+            if isinstance(v, str) and v not in ("", "None"):
+                return v, True
+        return "", True
+    if item["class_"] == "image_observation":
+        return f"[image: {item.get('content')}]", False
+    return as_text(item.get("content")), False
+
+
+def episodes(record: Any, name: str = "") -> Iterator[Episode]:
+    _need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
+    content = record.get("content")
+    _need(isinstance(content, list), "content: missing or not a list")
+    rid = record.get("id")
+    _need(rid is None or isinstance(rid, str | int), "id: not a string")
+    details = record.get("details") if isinstance(record.get("details"), dict) else {}
+    ours = details.get("trajforge") if isinstance(details.get("trajforge"), dict) else {}
+    web = any(isinstance(c, dict) and c.get("class_") == "web_observation" for c in content)
+    first: list[str] = []
+    instruction: str | None = None
+    steps: list[Step] = []
+    action: Action | None = None
+    seen: list[str] = []
+    for i, item in enumerate(content):
+        where = f"content[{i}]"
+        _need(isinstance(item, dict), f"{where}: not an object")
+        cls = item.get("class_")
+        _need(cls in ACTIONS + OBSERVATIONS, f"{where}.class_: {cls!r} is not an ADP action or observation")
+        if cls in ACTIONS:
+            if action is not None:
+                steps.append(Step(action, "\n".join(seen)))
+            action, seen = _action(item, where, web), []
+            continue
+        text, _ = _observation(item)
+        if instruction is None and item.get("source") == "user":
+            instruction = text
+        (seen if action is not None else first).append(text)
+    if action is not None:
+        steps.append(Step(action, "\n".join(seen)))
+    if not steps:
+        return
+    steps = _ours(steps, ours)
+    rid = str(rid) if rid is not None else record_id_of(record)
+    yield Episode(
+        record_id=rid,
+        initial="\n".join(first),
+        steps=steps,
+        instruction=ours.get("instruction", instruction),
+        task_id=ours.get("task_id") if isinstance(ours.get("task_id"), str) else None,
+        domain=ours.get("domain") if isinstance(ours.get("domain"), str) else ("web" if web else None),
+        agent=ours.get("agent") if isinstance(ours.get("agent"), str) else None,
+        model=_model(details),
+        executed=ours.get("executed") if ours.get("executed") in ("executed", "not_executed", "unknown") else "unknown",
+        extra={"details": {k: v for k, v in details.items() if k != "trajforge"}} if details else {},
+    )
+
+
+def _ours(steps: list[Step], ours: dict) -> list[Step]:
+    """Our own export read back: the exact actions, rewards and errors it kept."""
+    from dataclasses import replace
+
+    actions, rewards, errors = (ours.get(k) for k in ("actions", "rewards", "errors"))
+    if not (isinstance(actions, list) and len(actions) == len(steps)):
+        return steps
+    out = []
+    for i, step in enumerate(steps):
+        a = actions[i]
+        action = (
+            Action(a["kind"], canonical_json(a), step.action.raw)
+            if isinstance(a, dict) and isinstance(a.get("kind"), str)
+            else step.action
+        )
+        reward = rewards[i] if isinstance(rewards, list) and len(rewards) == len(steps) else None
+        error = errors[i] if isinstance(errors, list) and len(errors) == len(steps) else None
+        out.append(
+            replace(
+                step,
+                action=action,
+                reward=reward if isinstance(reward, int | float) else None,
+                error=error if isinstance(error, str) else None,
+            )
+        )
+    return out
+
+
+def _model(details: dict) -> str | None:
+    for k in ("model_name", "model"):
+        if isinstance(details.get(k), str):
+            return details[k]
+    return None
+
+
+def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
+    first = trajectory[0]
+    content: list[dict[str, Any]] = [{"class_": "text_observation", "content": first.state.text, "name": None, "source": "user"}]
+    for t in trajectory:
+        content.append({"class_": "api_action", "function": t.action.kind, "kwargs": t.action.args, "description": None})
+        content.append({"class_": "text_observation", "content": t.next_state.text, "name": None, "source": "environment"})
+    prov = first.provenance
+    return {
+        "id": first.trajectory_id,
+        "content": content,
+        "details": {
+            "trajforge": {
+                "domain": first.domain,
+                "task_id": first.task_id,
+                "instruction": first.instruction,
+                "agent": prov.agent or prov.policy,
+                "executed": prov.executed,
+                "origin": prov.origin,
+                "source": prov.source,
+                "license": prov.license,
+                "actions": [json.loads(t.action.canonical) for t in trajectory],
+                "rewards": [t.reward for t in trajectory],
+                "errors": [t.action_error for t in trajectory],
+            },
+            **({"model_name": prov.model} if prov.model else {}),
+        },
+    }

@@ -1,0 +1,205 @@
+"""OpenAI-style conversations with tools: a list of chat messages (``system``, ``user``,
+``assistant``, ``tool`` / ``function``), alone or under ``messages``, ``traj``,
+``conversations`` or ToolBench's ``answer_generation.train_messages`` (the longest is the
+whole run). Both spellings of a call: the modern ``tool_calls`` (answered by ``tool``
+messages with its ``tool_call_id``) and the legacy ``function_call`` (answered by the next
+``function`` message), with or without a ``tools`` / ``functions`` list.
+
+In: each call becomes a transition whose next state is its answer; parallel calls are one
+transition each. An assistant message without a call that a ``user`` message answers is a
+``message`` action with that answer as the next state (in tau-bench the user is part of
+the environment). The first user message is the instruction and the first state. A
+conversation does not say whether the tools really ran: rows are ``unknown`` unless the
+importer is told (tau-bench ran them against its mock database; ToolBench called the real
+APIs). ``reward`` and ``task_id`` are read where present.
+
+Out: ``export`` writes one ``{"messages": [...], "metadata": {...}}`` line per trajectory
+with modern ``tool_calls``; ``metadata.trajforge`` keeps what a round trip needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from formats.episode import Episode, Step, as_text, canonical_action, record_id_of, text_action
+from schemas.transition import Action, Transition, canonical_json
+
+NAME = "openai-messages"
+ONE_FILE_PER_TRAJECTORY = False
+
+
+class RecordError(ValueError):
+    pass
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise RecordError(message)
+
+
+def _messages(record: Any) -> tuple[list, dict]:
+    if isinstance(record, list):
+        return record, {}
+    _need(isinstance(record, dict), f"expected a JSON object or list, got {type(record).__name__}")
+    for key in ("messages", "traj", "conversations", "conversation"):
+        if key in record:
+            _need(isinstance(record[key], list), f"{key}: not a list")
+            return record[key], record
+    gen = record.get("answer_generation")
+    if isinstance(gen, dict) and isinstance(gen.get("train_messages"), list):
+        runs = [m for m in gen["train_messages"] if isinstance(m, list)]
+        _need(bool(runs), "answer_generation.train_messages: no message list")
+        return max(runs, key=len), record
+    raise RecordError("no messages (messages, traj, conversations or answer_generation.train_messages)")
+
+
+def _args(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return {"input": raw}
+    return raw if raw is not None else {}
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def whole_array(first: Any) -> bool:
+    """A JSON array of chat messages is one conversation (not a list of them)."""
+    return isinstance(first, dict) and isinstance(first.get("role", first.get("from")), str)
+
+
+def episodes(record: Any, name: str = "") -> Iterator[Episode]:
+    messages, meta = _messages(record)
+    ours = (meta.get("metadata") or {}).get("trajforge") if isinstance(meta.get("metadata"), dict) else None
+    ours = ours if isinstance(ours, dict) else {}
+    instruction: str | None = None
+    steps: list[Step] = []
+    open_calls: list[tuple[str | None, Action]] = []  # (call id, action) waiting for answers
+    answers: dict[str | None, list[str]] = {}
+    said: Action | None = None  # an assistant message waiting for the user's reply
+
+    def close() -> None:
+        nonlocal open_calls, answers
+        for call_id, action in open_calls:
+            steps.append(Step(action, "\n".join(answers.get(call_id, []))))
+        open_calls, answers = [], {}
+
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        _need(isinstance(m, dict), f"{where}: not an object")
+        role = m.get("role", m.get("from"))
+        _need(isinstance(role, str), f"{where}.role: missing")
+        content = as_text(m.get("content", m.get("value")))
+        if role in ("assistant", "gpt"):
+            close()
+            said = None
+            calls = m.get("tool_calls")
+            legacy = m.get("function_call")
+            if isinstance(legacy, str):
+                legacy = _args(legacy)
+            if calls:
+                _need(isinstance(calls, list), f"{where}.tool_calls: not a list")
+                for j, c in enumerate(calls):
+                    fn = c.get("function") if isinstance(c, dict) else None
+                    _need(
+                        isinstance(fn, dict) and isinstance(fn.get("name"), str),
+                        f"{where}.tool_calls[{j}].function.name: missing",
+                    )
+                    call_id = c.get("id") if isinstance(c.get("id"), str) else None
+                    open_calls.append((call_id, canonical_action(fn["name"], _args(fn.get("arguments")))))
+            elif isinstance(legacy, dict):
+                _need(isinstance(legacy.get("name"), str), f"{where}.function_call.name: missing")
+                open_calls.append((None, canonical_action(legacy["name"], _args(legacy.get("arguments")))))
+            elif content and content != "None":
+                said = text_action(content)
+        elif role in ("tool", "function", "ipython", "observation"):
+            call_id = m.get("tool_call_id") if isinstance(m.get("tool_call_id"), str) else None
+            if call_id not in {c for c, _ in open_calls}:
+                call_id = open_calls[-1][0] if open_calls else call_id
+            answers.setdefault(call_id, []).append(content)
+        elif role in ("user", "human"):
+            close()
+            if instruction is None and not steps:
+                instruction = content
+            elif said is not None:
+                steps.append(Step(said, content))
+            said = None
+    close()
+    if not steps:
+        return
+    if isinstance(ours.get("actions"), list) and len(ours["actions"]) == len(steps):
+        steps = [
+            Step(Action(a["kind"], canonical_json(a), s.action.raw), s.observation) if isinstance(a, dict) and "kind" in a else s
+            for a, s in zip(ours["actions"], steps, strict=True)
+        ]
+    info = meta.get("info") if isinstance(meta.get("info"), dict) else {}
+    task_id = meta.get("task_id", info.get("task_id"))
+    rid = meta.get("id")
+    if rid is None and task_id is not None:
+        rid = f"{task_id}/{meta['trial']}" if "trial" in meta else str(task_id)
+    yield Episode(
+        record_id=str(rid) if rid is not None else record_id_of(record),
+        initial=instruction or "",
+        steps=steps,
+        instruction=ours.get("instruction", instruction),
+        task_id=ours.get("task_id") if isinstance(ours.get("task_id"), str) else (str(task_id) if task_id is not None else None),
+        domain=ours.get("domain") if isinstance(ours.get("domain"), str) else "mcp",
+        agent=ours.get("agent") if isinstance(ours.get("agent"), str) else None,
+        model=meta.get("model") if isinstance(meta.get("model"), str) else None,
+        executed=ours.get("executed") if ours.get("executed") in ("executed", "not_executed", "unknown") else "unknown",
+        reward=_number(meta.get("reward")),
+    )
+
+
+def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
+    first = trajectory[0]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": first.state.text}]
+    for t in trajectory:
+        call_id = f"call_{t.step}"
+        args = t.action.args
+        name, arguments = (args["name"], args.get("arguments", {})) if t.action.kind == "call_tool" else (t.action.kind, args)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": t.next_state.text})
+    prov = first.provenance
+    last_reward = trajectory[-1].reward
+    return {
+        "messages": messages,
+        **({"reward": last_reward} if last_reward is not None else {}),
+        **({"model": prov.model} if prov.model else {}),
+        "metadata": {
+            "trajforge": {
+                "trajectory_id": first.trajectory_id,
+                "domain": first.domain,
+                "task_id": first.task_id,
+                "instruction": first.instruction,
+                "agent": prov.agent or prov.policy,
+                "executed": prov.executed,
+                "origin": prov.origin,
+                "source": prov.source,
+                "license": prov.license,
+                "actions": [json.loads(t.action.canonical) for t in trajectory],
+            }
+        },
+    }

@@ -1,0 +1,138 @@
+"""OpenHands runs: the event stream (a list of events, or an object with ``history`` /
+``events`` / ``trajectory``, as SWE-rebench-openhands and similar datasets keep it). An
+action event has ``action`` and ``args``; the observation it caused has ``cause`` = the
+action's ``id`` and ``content``.
+
+In: each agent action with an observation becomes a transition. The tool call the model
+made (``tool_call_metadata``: ``function_name`` and the arguments in the raw model
+response) gives the action where present, else the action type: ``run`` -> run,
+``write`` / ``edit`` with content -> create, ``read`` -> view, ``finish`` -> finish,
+anything else -> ``call_tool`` with the event's arguments. The first user message is the
+instruction and the first state. The runtime executed the actions: rows are ``executed``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from formats.episode import Episode, Step, as_text, canonical_action, record_id_of
+from schemas.transition import Action
+
+NAME = "openhands"
+_NOISE = {"thought", "impl_source", "translated_ipython_code", "confirmation_state", "security_risk", "hidden", "blocking"}
+
+
+class RecordError(ValueError):
+    pass
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise RecordError(message)
+
+
+def _events(record: Any) -> tuple[list, dict]:
+    if isinstance(record, list):
+        return record, {}
+    _need(isinstance(record, dict), f"expected a list of events or an object, got {type(record).__name__}")
+    for key in ("history", "events", "trajectory"):
+        if isinstance(record.get(key), list):
+            return record[key], record
+    raise RecordError("no events (a list, or history / events / trajectory)")
+
+
+def _tool_call(event: dict) -> Action | None:
+    meta = event.get("tool_call_metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("function_name"), str):
+        return None
+    call_id = meta.get("tool_call_id")
+    response = meta.get("model_response") if isinstance(meta.get("model_response"), dict) else {}
+    for choice in response.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        for call in (message or {}).get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and (call.get("id") == call_id or len((message or {}).get("tool_calls")) == 1):
+                raw = fn.get("arguments")
+                try:
+                    args = json.loads(raw) if isinstance(raw, str) else raw
+                except ValueError:
+                    args = {"input": raw}
+                return canonical_action(meta["function_name"], args if args is not None else {})
+    return None
+
+
+def _action(event: dict, where: str) -> Action:
+    found = _tool_call(event)
+    if found is not None:
+        return found
+    kind = event["action"]
+    args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    _need(isinstance(args, dict), f"{where}.args: not an object")
+    if kind == "run" and isinstance(args.get("command"), str):
+        return Action.make("run", raw=args["command"], command=args["command"], timeout=30.0)
+    if (
+        kind in ("write", "edit")
+        and isinstance(args.get("path"), str)
+        and isinstance(args.get("content"), str)
+        and args["content"]
+    ):
+        return Action.make("create", raw=json.dumps(args), path=args["path"], content=args["content"])
+    if kind == "read" and isinstance(args.get("path"), str):
+        return Action.make("view", raw=json.dumps(args), path=args["path"], start=1, end=None)
+    if kind == "finish":
+        answer = args.get("final_thought") or event.get("message") or ""
+        return Action.make("finish", raw=json.dumps(args), answer=answer if isinstance(answer, str) else json.dumps(answer))
+    return canonical_action(kind, {k: v for k, v in args.items() if k not in _NOISE})
+
+
+def whole_array(first: Any) -> bool:
+    """A JSON array of events is one run (not a list of runs)."""
+    return isinstance(first, dict) and ("action" in first or "observation" in first)
+
+
+def episodes(record: Any, name: str = "") -> Iterator[Episode]:
+    events, meta = _events(record)
+    by_cause: dict[Any, list[str]] = {}
+    for i, e in enumerate(events):
+        _need(isinstance(e, dict), f"events[{i}]: not an object")
+        if "observation" in e and "cause" in e:
+            by_cause.setdefault(str(e["cause"]), []).append(as_text(e.get("content")))
+    instruction: str | None = None
+    steps: list[Step] = []
+    model: str | None = None
+    for i, e in enumerate(events):
+        where = f"events[{i}]"
+        if "action" not in e:
+            continue
+        kind = e.get("action")
+        _need(isinstance(kind, str), f"{where}.action: not a string")
+        if e.get("source") == "user":
+            if kind == "message" and instruction is None:
+                args = e.get("args") if isinstance(e.get("args"), dict) else {}
+                instruction = as_text(args.get("content", e.get("message")))
+            continue
+        _need("id" in e, f"{where}.id: missing")
+        answers = by_cause.get(str(e["id"]))
+        response = (
+            (e.get("tool_call_metadata") or {}).get("model_response") if isinstance(e.get("tool_call_metadata"), dict) else None
+        )
+        if isinstance(response, dict) and isinstance(response.get("model"), str):
+            model = response["model"]
+        if answers is None and kind != "finish":
+            continue  # an agent message or a thought: nothing answered it
+        steps.append(Step(_action(e, where), "\n".join(answers or [])))
+    if not steps:
+        return
+    rid = meta.get("instance_id") or meta.get("id") or name or record_id_of(record)
+    yield Episode(
+        record_id=str(rid),
+        initial=instruction or "",
+        steps=steps,
+        instruction=instruction,
+        task_id=str(meta["instance_id"]) if meta.get("instance_id") else None,
+        agent="openhands",
+        model=model,
+        executed="executed",
+    )

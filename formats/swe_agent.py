@@ -1,0 +1,131 @@
+"""SWE-agent runs: ``.traj`` files (0.x: ``trajectory`` steps of action, observation,
+thought, state; 1.x: the same plus ``history`` messages with ``tool_calls``; a
+demonstration: ``history`` only) and rows of datasets built from them (nebius
+SWE-agent-trajectories: ``instance_id``, ``trajectory`` messages with roles system / user /
+ai, ``target``, ``model_name``).
+
+Every SWE-agent action is a command typed into the agent's shell (its interface commands
+are shell functions there), so each becomes ``run`` (``submit`` becomes ``submit``); the
+observation is what came back. The first user message (the issue) is the instruction and
+the first state. The domain is swe; the commands ran in the task's container, so rows are
+``executed``. A dataset row's ``target`` (resolved or not) is the episode's reward.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from formats.episode import Episode, Step, as_text, record_id_of
+from schemas.transition import Action
+
+NAME = "swe-agent"
+_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+
+
+class RecordError(ValueError):
+    pass
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise RecordError(message)
+
+
+def action_of(command: str) -> Action:
+    command = command.strip()
+    if command == "submit" or command.startswith("submit "):
+        return Action.make("submit", raw=command)
+    return Action.make("run", raw=command, command=command, timeout=30.0)
+
+
+def episodes(record: Any, name: str = "") -> Iterator[Episode]:
+    _need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
+    info = record.get("info") if isinstance(record.get("info"), dict) else {}
+    record_id = _first_str(record, "instance_id", "id") or name or record_id_of(record)
+    history = record.get("history")
+    steps_in = record.get("trajectory")
+    _need(steps_in is None or isinstance(steps_in, list), "trajectory: not a list")
+    _need(history is None or isinstance(history, list), "history: not a list")
+    _need(steps_in is not None or history is not None, "neither trajectory nor history")
+    messages = steps_in if steps_in and all(isinstance(m, dict) and "role" in m for m in steps_in) else history or []
+    instruction = _instruction(messages)
+    steps = list(_from_steps(steps_in)) if steps_in and messages is not steps_in else list(_from_messages(messages))
+    if not steps:
+        return
+    stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
+    model = _first_str(record, "model_name") or _first_str(info, "model_name") or _first_str(stats, "model")
+    target = record.get("target", record.get("resolved"))
+    yield Episode(
+        record_id=record_id,
+        initial=instruction or "",
+        steps=steps,
+        instruction=instruction,
+        task_id=record_id,
+        domain="swe",
+        agent="swe-agent",
+        model=model,
+        executed="executed",
+        reward=float(target) if isinstance(target, bool) else None,
+        extra={k: info[k] for k in ("exit_status",) if isinstance(info.get(k), str)},
+    )
+
+
+def _first_str(d: Any, *keys: str) -> str | None:
+    for k in keys:
+        v = d.get(k) if isinstance(d, dict) else None
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def _demo(m: Any) -> bool:
+    """An in-context demonstration SWE-agent puts in the history (``is_demo``): not the run."""
+    return isinstance(m, dict) and str(m.get("is_demo", "")).lower() == "true"
+
+
+def _instruction(messages: list) -> str | None:
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") == "user" and not _demo(m):
+            return as_text(m.get("content", m.get("text")))
+    return None
+
+
+def _from_steps(steps: list) -> Iterator[Step]:
+    for i, s in enumerate(steps):
+        _need(isinstance(s, dict), f"trajectory[{i}]: not an object")
+        action = s.get("action")
+        _need(isinstance(action, str), f"trajectory[{i}].action: missing or not a string")
+        if not action.strip():
+            continue
+        state = s.get("state")
+        extra = {"state": state} if isinstance(state, str | dict) else {}
+        yield Step(action_of(action), as_text(s.get("observation")), extra=extra)
+
+
+def _from_messages(messages: list) -> Iterator[Step]:
+    """History messages: an assistant turn's action and the tool or user messages after it."""
+    pending: Action | None = None
+    seen: list[str] = []
+    for i, m in enumerate(messages):
+        _need(isinstance(m, dict), f"history[{i}]: not an object")
+        if _demo(m):
+            continue
+        role = m.get("role")
+        if role in ("assistant", "ai"):
+            if pending is not None:
+                yield Step(pending, "\n".join(seen))
+            command = (
+                m.get("action") if isinstance(m.get("action"), str) else _last_block(as_text(m.get("content", m.get("text"))))
+            )
+            pending, seen = (action_of(command) if command and command.strip() else None), []
+        elif role in ("tool", "user") and pending is not None:
+            seen.append(as_text(m.get("content", m.get("text"))))
+    if pending is not None:
+        yield Step(pending, "\n".join(seen))
+
+
+def _last_block(text: str) -> str | None:
+    blocks = _BLOCK.findall(text)
+    return blocks[-1] if blocks else None

@@ -1,0 +1,198 @@
+"""SWE-agent, OpenHands, OpenAI-style messages and ADP: every fixture of each format
+imports with its counts and spot-checked fields, malformed variants are skipped and named,
+and the exportable formats round-trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from formats.exporter import export_store
+from formats.importer import import_files
+from pipelines.query import run_query
+from tests.formats.test_atif import ROWS, rows
+
+PER_RECORD = (
+    "SELECT provenance.source_file AS file, provenance.source_record AS record, count(*) AS n, min(domain) AS domain,"
+    " list(action.kind ORDER BY step) AS kinds, any_value(provenance.executed) AS executed, max(reward) AS reward,"
+    " any_value(task_id) AS task, any_value(provenance.model) AS model, any_value(instruction) AS instruction"
+    " FROM transitions GROUP BY ALL ORDER BY file, record"
+)
+
+
+def per_record(store) -> list[dict]:
+    return run_query(PER_RECORD, str(store)).to_pylist()
+
+
+def test_swe_agent_trajectories_both_versions(agent_data, tmp_path):
+    s = import_files("swe-agent", [agent_data / "swe-agent"], tmp_path, source="sweagent", license="MIT")
+    assert (s.records, s.trajectories, s.malformed) == (2, 2, 0)
+    demo, old = per_record(tmp_path)
+    assert (old["record"], old["n"], old["domain"], old["executed"]) == ("pydicom__pydicom-1458", 12, "swe", "executed")
+    assert old["kinds"][:2] == ["run", "run"] and old["kinds"][-1] == "submit"
+    assert old["instruction"].startswith("We're currently solving the following issue within our repository")
+    first = next(r for r in rows(tmp_path) if r["record"] == "pydicom__pydicom-1458")
+    assert json.loads(first["action"]) == {"kind": "run", "command": "create reproduce_bug.py", "timeout": 30.0}
+    assert first["obs"] == "[File: /pydicom__pydicom/reproduce_bug.py (1 lines total)]\n1:\n"
+    # 1.x demonstration: history only, the action string of each assistant turn, the tool message after it
+    assert demo["record"] == "function_calling_simple" and demo["kinds"][0] == "run" and demo["n"] == 5
+    found = next(r for r in rows(tmp_path) if r["record"] == "function_calling_simple")
+    assert json.loads(found["action"])["command"] == "find_file missing_colon.py"
+    assert found["obs"].startswith('Found 1 matches for "missing_colon.py"')
+
+
+def test_openhands_event_stream(agent_data, tmp_path):
+    s = import_files("openhands", [agent_data / "openhands"], tmp_path, source="oh")
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (1, 1, 2, 0)
+    got = rows(tmp_path)
+    assert [r["kind"] for r in got] == ["create", "finish"]
+    create = json.loads(got[0]["action"])  # from the model's own tool call (str_replace_editor create)
+    assert create["path"] == "/workspace/game_2048.py" and create["content"].startswith("import random\nimport keyboard")
+    assert got[0]["obs"].startswith("--- /workspace/game_2048.py\n+++ /workspace/game_2048.py")
+    assert (
+        got[0]["instruction"]
+        == "Please create a simple 2048 game. No need to run it. Please finish the interaction after your finish coding."
+    )
+    assert (got[0]["model"], got[0]["agent"], got[0]["executed"], got[0]["domain"]) == (
+        "claude-3-5-sonnet-20241022",
+        "openhands",
+        "executed",
+        "swe",
+    )
+
+
+def test_openai_messages_modern_and_legacy(agent_data, tmp_path):
+    s = import_files("openai-messages", [agent_data / "messages_tools"], tmp_path, source="msgs", executed="executed")
+    assert (s.records, s.trajectories, s.malformed) == (5, 5, 0)
+    recs = per_record(tmp_path)
+    toolbench = recs[0]
+    assert toolbench["file"] == "10_ChatGPT_DFS_woFilter_w2.json" and toolbench["kinds"] == ["call_tool"] * 3
+    tau = {r["record"]: r for r in recs[1:]}
+    assert set(tau) == {"0/0", "1/0", "2/0", "6/0"} and tau["6/0"]["reward"] == 1.0 and tau["0/0"]["reward"] == 0.0
+    assert {r["executed"] for r in recs} == {"executed"}  # as the importer was told
+    got = [r for r in rows(tmp_path) if r["record"] == "0/0"]
+    assert got[0]["instruction"] == "Hi! I'm looking to book a flight from New York to Seattle on May 20th."
+    assert got[0]["kind"] == "message" and got[0]["obs"] == "Sure, my user ID is mia_li_3668."  # the simulated user answers
+    call = next(r for r in got if r["kind"] == "call_tool")
+    assert json.loads(call["action"]) == {
+        "kind": "call_tool",
+        "name": "get_user_details",
+        "arguments": {"user_id": "mia_li_3668"},
+    }
+    assert call["obs"].startswith('{"name": {"first_name": "Mia", "last_name": "Li"}')  # the tool message answering it
+    legacy = [r for r in rows(tmp_path) if r["file"] == "10_ChatGPT_DFS_woFilter_w2.json"]
+    assert json.loads(legacy[0]["action"]) == {"kind": "call_tool", "name": "transitaires_for_transitaires", "arguments": {}}
+    assert legacy[0]["obs"].startswith('{"error": "", "response": "[{\\"id\\":\\"EKVF\\"')
+
+
+def test_adp_web_and_swe(agent_data, tmp_path):
+    s = import_files("adp", [agent_data / "adp"], tmp_path, source="adp", license="MIT")
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (10, 10, 82, 0)
+    recs = per_record(tmp_path)
+    web = [r for r in recs if r["domain"] == "web"]
+    assert len(web) == 5 and all(r["kinds"][:2] == ["click", "fill"] for r in web)
+    assert {r["executed"] for r in recs} == {"unknown"}  # ADP does not say
+    first = next(r for r in rows(tmp_path) if r["domain"] == "web")
+    assert json.loads(first["action"]) == {"kind": "click", "bid": "149"}  # the converter's JSON-quoted value unquoted
+    assert first["state"].startswith("Find driving directions from Central Park")
+    assert first["obs"].startswith("RootWebArea 'OpenStreetMap', focused")
+    swe = {r["record"]: r for r in recs if r["domain"] == "swe"}
+    assert swe["tomerfiliba__plumbum-366_17"]["model"] == "swe-agent-llama-70b" and len(swe) == 5
+
+
+BAD = {
+    "swe-agent": [
+        ('{"trajectory": 3}', "trajectory: not a list"),
+        ('{"trajectory": [{"observation": "x"}]}', "trajectory[0].action: missing or not a string"),
+        ('{"info": {}}', "neither trajectory nor history"),
+    ],
+    "openhands": [
+        ('{"history": [{"id": 1, "source": "agent", "action": 5}]}', "events[0].action: not a string"),
+        ('{"history": [{"source": "agent", "action": "run", "args": {"command": "ls"}}]}', "events[0].id: missing"),
+        ('{"nothing": []}', "no events"),
+    ],
+    "openai-messages": [
+        ('{"messages": [{"content": "hi"}]}', "messages[0].role: missing"),
+        (
+            '{"messages": [{"role": "assistant", "tool_calls": [{"id": "a"}]}]}',
+            "messages[0].tool_calls[0].function.name: missing",
+        ),
+        ('{"messages": "hi"}', "messages: not a list"),
+    ],
+    "adp": [
+        ('{"id": "x", "content": [{"class_": "shell"}]}', "content[0].class_: 'shell' is not an ADP action or observation"),
+        ('{"id": "x", "content": [{"class_": "api_action", "kwargs": {}}]}', "content[0].function: missing"),
+        ('{"id": ["x"], "content": []}', "id: not a string"),
+    ],
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(BAD))
+def test_malformed_records_are_skipped_with_their_reason(fmt, tmp_path):
+    lines = [bad for bad, _ in BAD[fmt]] + ['{"truncated": ']
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    s = import_files(fmt, [tmp_path / "bad.jsonl"], tmp_path / "st", source="bad")
+    assert (s.trajectories, s.malformed) == (0, len(lines))
+    said = [str(p) for p in s.problems]
+    for n, (_, reason) in enumerate(BAD[fmt], 1):
+        assert any(p.startswith(f"{tmp_path / 'bad.jsonl'}: line {n}: ") and reason in p for p in said), (reason, said)
+    assert any(f"line {len(lines)}: not JSON" in p for p in said)
+
+
+@pytest.mark.parametrize("fmt", ["adp", "openai-messages"])
+def test_round_trip(fmt, agent_data, tmp_path):
+    from collectors.synth import synth_store
+    from pipelines.store import Store
+
+    import_files("adp", [agent_data / "adp"], tmp_path / "a", source="adp", license="MIT")
+    synth_store(Store.open(str(tmp_path / "a"), must_exist=False), transitions=60, seed=4)
+    s = export_store(fmt, tmp_path / "a", tmp_path / "out")
+    assert s.files == 1 and s.trajectories > 10
+    lines = (tmp_path / "out" / f"{fmt}.jsonl").read_text().splitlines()
+    assert len(lines) == s.trajectories
+    if fmt == "adp":  # ADP's schema: id, content of typed items, details
+        for doc in map(json.loads, lines):
+            assert set(doc) == {"id", "content", "details"} and isinstance(doc["id"], str)
+            for item in doc["content"]:
+                assert item["class_"] in ("api_action", "text_observation")
+                if item["class_"] == "api_action":
+                    assert isinstance(item["function"], str) and isinstance(item["kwargs"], dict)
+                else:
+                    assert item["source"] in ("user", "environment") and isinstance(item["content"], str)
+    else:  # every tool message answers a tool call of the assistant message before it
+        for doc in map(json.loads, lines):
+            ids = set()
+            for m in doc["messages"]:
+                if m["role"] == "assistant":
+                    ids = {c["id"] for c in m["tool_calls"]}
+                    assert all(isinstance(json.loads(c["function"]["arguments"]), dict) for c in m["tool_calls"])
+                elif m["role"] == "tool":
+                    assert m["tool_call_id"] in ids
+    import_files(fmt, [tmp_path / "out"], tmp_path / "b", source="again")
+    kept = ["step", "domain", "task_id", "instruction", "state", "kind", "action", "obs", "terminated", "executed"]
+    if fmt == "adp":
+        kept += ["reward", "action_error"]
+    before = sorted(tuple(r[k] for k in kept) for r in rows(tmp_path / "a"))
+    after = sorted(tuple(r[k] for k in kept) for r in rows(tmp_path / "b"))
+    assert before == after
+
+
+def test_cli_import_export_and_errors(agent_data, tmp_path):
+    from tests.conftest import cli
+
+    r = cli("import", "adp", str(agent_data / "adp"), "--store", str(tmp_path / "st"), "--source", "adp", "--license", "MIT")
+    assert "imported 10 trajectories (82 transitions: swe 54, web 28)" in r.stdout
+    r = cli(
+        "export", "openai-messages", "--store", str(tmp_path / "st"), "--out", str(tmp_path / "o"), "--where", "domain = 'web'"
+    )
+    assert "exported 5 trajectories" in r.stdout
+    for args, said in [
+        (["import", "nope", str(tmp_path)], "unknown format 'nope'"),
+        (["import", "adp", str(tmp_path / "missing")], "no such file or folder"),
+        (["import", "adp", str(agent_data / "adp"), "--domain", "moon"], "unknown domain 'moon'"),
+        (["import", "adp", str(agent_data / "adp"), "--executed", "maybe"], "--executed: 'maybe'"),
+    ]:
+        r = cli(*args, "--store", str(tmp_path / "st2"), "--source", "x", check=False)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert ROWS  # the shared row query
