@@ -280,6 +280,24 @@ def _length_lines(cfg: MixtureConfig, report) -> list[str]:
     return lines
 
 
+def _source_lines(cfg: MixtureConfig, sources: dict[str, int]) -> list[str]:
+    """Where the release's trajectories came from: origin, source, licence and share."""
+    total = sum(sources.values())
+    lines = [
+        "## Sources",
+        "",
+        f"Origins taken: {', '.join(cfg.provenance.origins)}; next states taken when they are: "
+        f"{', '.join(cfg.provenance.executed)} (simulated trajectories: {cfg.simulated.use}).",
+        "",
+        "| origin | source | licence | trajectories | share |",
+        "|---|---|---|---|---|",
+    ]
+    for key, n in sorted(sources.items(), key=lambda kv: (-kv[1], kv[0])):
+        origin, source, licence = key.split("|", 2)
+        lines.append(f"| {origin} | {source} | {licence} | {n:,} | {n / total:.1%} |")
+    return [*lines, ""]
+
+
 def write_card(root: Path, cfg: MixtureConfig, name: str, version: str, report, stats, plans, store, cids) -> None:
     drops: dict[str, int] = {}
     for cid in cids:
@@ -325,6 +343,7 @@ def write_card(root: Path, cfg: MixtureConfig, name: str, version: str, report, 
                 f"| {p.multiplier.get(domain, 0):.2f} | {p.shortfall.get(domain, 0):,.0f} |"
             )
     lines += ["", "![domain mix](domain_mix.png)", ""]
+    lines += _source_lines(cfg, dict(getattr(stats, "sources", {}) or {}))
     lines += _length_lines(cfg, report)
     lines += _tokenizer_lines(cfg, getattr(report, "tokenizer", None) or {})
     if drops:

@@ -12,6 +12,7 @@ much of each domain each stage gets, and how samples split. Checked before any w
     language: [en]                # null: en
     simulated: {use: exclude}     # trajectories a world model simulated: exclude (default) | include | cap
                                   # (cap: {use: cap, max_share: 0.2} of the trajectories at most)
+    provenance: {executed: [executed]}   # the default: only executed next states (see ProvenanceFilter)
 
 Weights are relative (any positive numbers; domains not named get 0 unless ``weights`` is
 empty, which means every domain in proportion to what exists). Budgets and weights apply
@@ -92,6 +93,26 @@ class Simulated(Strict):
         return self
 
 
+class ProvenanceFilter(Strict):
+    """Which trajectories a release takes by where they came from (``provenance.origin``:
+    collected, imported; simulated ones follow ``simulated:``) and whether their next states
+    were produced by executing the actions (``provenance.executed``). By default only
+    executed ones: a world model is never trained on generated, mocked or summarised
+    observations, nor on ones nobody can vouch for, unless the mixture asks
+    (``executed: [executed, unknown]``)."""
+
+    origins: list[Literal["collected", "imported", "simulated"]] = Field(
+        default_factory=lambda: ["collected", "imported", "simulated"]
+    )
+    executed: list[Literal["executed", "not_executed", "unknown"]] = Field(default_factory=lambda: ["executed"])
+
+    @model_validator(mode="after")
+    def _some(self) -> ProvenanceFilter:
+        if not self.origins or not self.executed:
+            raise ValueError("origins and executed each need at least one value (else the release is empty)")
+        return self
+
+
 class MixtureConfig(Strict):
     name: str = Field("default", pattern=ID)
     curations: str | list[str] = "all"
@@ -105,6 +126,7 @@ class MixtureConfig(Strict):
     splits: Splits = Splits()
     stages: dict[str, Stage] = Field(default_factory=lambda: {s: Stage() for s in STAGES})
     simulated: Simulated = Simulated()
+    provenance: ProvenanceFilter = ProvenanceFilter()
 
     @field_validator("curations")
     @classmethod

@@ -52,8 +52,10 @@ def trajectories(
 
 
 def source_license(traj) -> str | None:
-    """The licence a trajectory's source names (``provenance.extra`` ``{"license": ...}``, which
-    converters of imported data set), or None."""
+    """The licence a trajectory's source names (``provenance.license``, which importers set;
+    before schema v2, ``provenance.extra`` ``{"license": ...}``), or None."""
+    if traj.first.provenance.license and traj.first.provenance.license.strip():
+        return traj.first.provenance.license.strip().lower()
     try:
         extra = json.loads(traj.first.provenance.extra or "{}")
     except json.JSONDecodeError:
@@ -64,12 +66,14 @@ def source_license(traj) -> str | None:
 
 def samples_of(traj, tokens, cfg: MixtureConfig, stats: Stats | None = None) -> dict[str, list[dict[str, Any]]]:
     split = mixture.split_of(cfg, traj.first.domain, traj.first.env_id, traj.first.task_id)
-    if not simulated.keeps(cfg, traj):  # simulated trajectories: excluded unless the mixture says otherwise
+    if not simulated.keeps(cfg, traj):  # by origin and executed; simulated ones excluded unless the mixture says otherwise
         return {}
     drops: dict[str, Counter] = {}
     out = build_samples(traj, tokens, cfg, drops)
     if stats is not None:
         stats.licenses[source_license(traj) or "unspecified"] += 1
+        prov = traj.first.provenance
+        stats.sources[f"{prov.origin}|{prov.source or prov.collector}|{source_license(traj) or 'unspecified'}"] += 1
         stats.dropped.update({f"{stage}|{reason}": n for stage, c in drops.items() for reason, n in c.items()})
     for items in out.values():
         for s in items:

@@ -51,8 +51,15 @@ def resolve(cfg: MixtureConfig, store, shards: list[tuple[str, str]]) -> Mixture
 
 
 def keeps(cfg: MixtureConfig, traj) -> bool:
-    """Whether a trajectory's samples go into the release."""
-    if not traj.first.provenance.simulated or cfg.simulated.use == "include":
+    """Whether a trajectory's samples go into the release: by its origin and whether it
+    was executed (``cfg.provenance``; a simulated one is never executed, and follows
+    ``cfg.simulated`` instead), then by ``cfg.simulated``."""
+    prov = traj.first.provenance
+    if prov.origin not in cfg.provenance.origins:
+        return False
+    if not prov.simulated and prov.executed not in cfg.provenance.executed:
+        return False
+    if not prov.simulated or cfg.simulated.use == "include":
         return True
     if cfg.simulated.use == "exclude":
         return False

@@ -26,6 +26,7 @@ class Stats(Tally):
     tokens: Counter = field(default_factory=Counter)  # "stage|split|domain" -> tokens
     dropped: Counter = field(default_factory=Counter)  # "stage|reason" -> samples left out
     licenses: Counter = field(default_factory=Counter)  # licence -> trajectories
+    sources: Counter = field(default_factory=Counter)  # "origin|source|licence" -> trajectories
 
     def add(self, stage: str, sample: dict[str, Any]) -> None:
         key = f"{stage}|{sample['split']}|{sample['domain']}"
