@@ -190,7 +190,7 @@ def to_transitions(
 
 
 def _observation(text: str, extra: dict[str, Any] | None = None) -> Observation:
-    return Observation.make(text, "text", extra=extra, spans=detect_spans(text))
+    return Observation(text, "text", None, canonical_json(extra) if extra else "{}", False, detect_spans(text))
 
 
 def as_text(value: Any) -> str:
