@@ -62,6 +62,7 @@ COPY schemas ./schemas
 COPY llm ./llm
 COPY sandboxes ./sandboxes
 COPY collectors ./collectors
+COPY formats ./formats
 COPY pipelines ./pipelines
 COPY training ./training
 COPY simulate ./simulate

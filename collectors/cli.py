@@ -95,3 +95,50 @@ def _report(summary) -> None:
     for key, reason in summary.failures.items():
         typer.echo(f"failed {key}: {reason}", err=True)
     typer.echo(json.dumps({"collected": summary.collected, "failed": summary.failed}), err=True)
+
+
+tasks_app = typer.Typer(no_args_is_help=True, help="Task suites: import the field's layouts as trajforge tasks.")
+app.add_typer(tasks_app, name="tasks")
+
+
+@tasks_app.command("import")
+def tasks_import(
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="harbor (task folders) or swebench (instance rows).")],
+    paths: Annotated[
+        list[str], typer.Argument(metavar="PATH...", help="Harbor task folders (or folders of them); SWE-bench JSON/JSONL files.")
+    ],
+    out: Annotated[str, typer.Option(help="The suite to write (JSONL), for a job's tasks: list.")],
+    image: Annotated[
+        str | None, typer.Option(help="harbor: use this image instead of building each task's Dockerfile (offline).")
+    ] = None,
+    repos: Annotated[str | None, typer.Option(help="swebench: a folder of local git mirrors (<owner>__<name>).")] = None,
+) -> None:
+    """Turn Harbor task folders or SWE-bench instances into a task suite that jobs run as usual."""
+    from pathlib import Path
+
+    from collectors.suites import write_suite
+    from schemas.errors import ConfigError
+
+    if kind == "harbor":
+        from collectors.suites.harbor import harbor_task, task_folders
+
+        bodies = [harbor_task(f, image=image, log=lambda m: typer.echo(m, err=True)) for f in task_folders(paths)]
+    elif kind == "swebench":
+        from collectors.suites.swebench import rows_of, swebench_task
+
+        mirrors = Path(repos) if repos else None
+        if mirrors is not None and not mirrors.is_dir():
+            raise ConfigError(f"--repos {repos}: no such folder")
+        bodies = []
+        for p in paths:
+            if not Path(p).is_file():
+                raise ConfigError(f"{p}: no such file")
+            bodies += [swebench_task(row, where, repos=mirrors) for where, row in rows_of(Path(p))]
+    else:
+        raise ConfigError(f"unknown task suite kind {kind!r} (known: harbor, swebench)")
+    ids = [b["id"] for b in bodies]
+    dup = next((i for i in ids if ids.count(i) > 1), None)
+    if dup:
+        raise ConfigError(f"task id {dup!r} appears twice")
+    write_suite(bodies, out)
+    typer.echo(f"wrote {len(bodies)} {kind} tasks to {out}")

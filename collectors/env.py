@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import json
+import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -81,14 +82,31 @@ class Task:
                 raise EnvError(f"task {self.id}: setup command {cmd!r} failed ({r.exit_code}): {r.stderr.strip()[:200]}")
 
     def validate(self, env: SandboxBacked) -> tuple[float | None, str]:
-        """(reward, message): 1.0 when ``check`` exits 0, 0.0 otherwise, None without a check."""
+        """(reward, message): 1.0 when ``check`` exits 0, 0.0 otherwise, None without a check.
+
+        Imported suites add, in ``extra``: ``verify_files`` (written just before the check,
+        so the agent never sees them: a Harbor task's tests, an SWE-bench test patch),
+        ``verify_timeout_s`` and ``reward_file`` (the check writes its reward there, a
+        number such as 1 or 0.5; it is read whatever the check's exit status, and a
+        missing or unreadable file is 0.0)."""
         if self.check is None:
             return None, "no check"
         custom = getattr(env, "check_task", None)  # domains without a sandbox check their own way (web: SQL)
         if custom is not None:
             return custom(self)
-        r = env.sandbox.exec(self.check, timeout=300)
-        return (1.0 if r.exit_code == 0 else 0.0), (r.stdout + r.stderr).strip()[-500:]
+        for path, content in (self.extra.get("verify_files") or {}).items():
+            env.sandbox.write_file(path, content)
+        timeout = float(self.extra.get("verify_timeout_s") or 300)
+        r = env.sandbox.exec(self.check, timeout=timeout)
+        said = (r.stdout + r.stderr).strip()[-500:]
+        reward_file = self.extra.get("reward_file")
+        if not reward_file:
+            return (1.0 if r.exit_code == 0 else 0.0), said
+        got = env.sandbox.exec(f"cat {shlex.quote(reward_file)}", timeout=30)
+        try:
+            return float(got.stdout.strip().split()[0]), said
+        except (ValueError, IndexError):
+            return 0.0, f"{reward_file}: no reward written ({said[-200:]})"
 
     def run_teardown(self, env: SandboxBacked) -> None:
         for cmd in self.teardown:

@@ -33,7 +33,8 @@ from collectors.policies import make_policy
 from collectors.registry import backend_env, env_class, make_env
 from collectors.wrappers import Recorder, StepLimit, WallTimeLimit
 from pipelines.store import Store, StoreWriter
-from schemas.errors import TrajforgeError
+from sandboxes.base import SandboxConfig
+from schemas.errors import ConfigError, TrajforgeError
 from schemas.transition import Provenance, Transition
 
 COLLECTOR = "trajforge.collectors"
@@ -58,14 +59,32 @@ class EpisodeResult:
 _ENVS: dict[tuple[str, str], Any] = {}  # one live environment per (domain, env_id) in a worker
 
 
+#: What a task may set of its sandbox (``extra.sandbox``: an imported task's own image and resources).
+TASK_SANDBOX_KEYS = frozenset({"image", "memory_mb", "cpus", "disk_mb", "pids"})
+
+
+def task_sandbox(task, base: SandboxConfig) -> SandboxConfig:
+    """The job's sandbox with the task's own image and resources, where it names them."""
+    own = task.extra.get("sandbox") or {}
+    unknown = sorted(set(own) - TASK_SANDBOX_KEYS)
+    if not isinstance(own, dict) or unknown:
+        known = ", ".join(sorted(TASK_SANDBOX_KEYS))
+        raise ConfigError(f"task {task.id}: extra.sandbox: expected a mapping of {known}, got {unknown[:1] or own!r}")
+    return replace(base, **own) if own else base
+
+
 def _env_for(spec: EpisodeSpec, job: JobConfig):
-    key = (spec.task.domain, spec.task.env_id)
+    own = spec.task.extra.get("sandbox") or {}
+    key = (spec.task.domain, spec.task.env_id, tuple(sorted(own.items())) if isinstance(own, dict) else ())
     env = _ENVS.get(key)
     if env is None or env.closed:
 
         def real():
             return make_env(
-                spec.task.domain, job.sandbox_config(spec.run_id), spec.task.env_id, **job.env_options(spec.task.domain)
+                spec.task.domain,
+                task_sandbox(spec.task, job.sandbox_config(spec.run_id)),
+                spec.task.env_id,
+                **job.env_options(spec.task.domain),
             )
 
         if job.backend != "real":  # a world model plays the environment; real() gives its initial observations
@@ -76,10 +95,17 @@ def _env_for(spec: EpisodeSpec, job: JobConfig):
 
 
 def _drop_env(spec: EpisodeSpec) -> None:
-    env = _ENVS.pop((spec.task.domain, spec.task.env_id), None)
+    own = spec.task.extra.get("sandbox") or {}
+    env = _ENVS.pop((spec.task.domain, spec.task.env_id, tuple(sorted(own.items())) if isinstance(own, dict) else ()), None)
     if env is not None:
         with contextlib.suppress(Exception):  # the sandbox is already broken; gc sweeps what is left
             env.close()
+
+
+def episode_timeout(task, job: JobConfig) -> float:
+    """The job's episode time limit, or the task's own (``extra.episode_timeout_s``) when shorter."""
+    own = task.extra.get("episode_timeout_s")
+    return min(job.episode_timeout_s, float(own)) if isinstance(own, int | float) and own > 0 else job.episode_timeout_s
 
 
 def run_episode_once(spec: EpisodeSpec) -> tuple[list[Transition], float]:
@@ -100,7 +126,7 @@ def run_episode_once(spec: EpisodeSpec) -> tuple[list[Transition], float]:
         job_id=spec.job_id,
     )
     env = Recorder(
-        StepLimit(WallTimeLimit(base, job.episode_timeout_s), task.max_steps or job.max_steps),
+        StepLimit(WallTimeLimit(base, episode_timeout(task, job)), task.max_steps or job.max_steps),
         trajectory_id=spec.trajectory_id,
         provenance=provenance,
     )

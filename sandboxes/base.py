@@ -77,6 +77,9 @@ class SandboxConfig:
     pass_env: tuple[str, ...] = ()  # host variables allowed in, by name
     run_id: str = "adhoc"
     docker_host: str | None = None  # default: DOCKER_HOST, else the project's Podman socket
+    # docker backend: more paths the sandbox may write (the root is read-only), on its disk
+    # under the same quota, first filled with what the image holds there (a Harbor task's /app, /logs)
+    writable: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from schemas.errors import ConfigError
@@ -92,6 +95,15 @@ class SandboxConfig:
             raise ConfigError(f"sandbox.exec_timeout_s: must be > 0, got {self.exec_timeout_s}")
         if not self.run_id or "/" in self.run_id:
             raise ConfigError(f"sandbox.run_id: {self.run_id!r} is not a valid run id")
+        object.__setattr__(self, "writable", tuple(self.writable))
+        for path in self.writable:
+            parts = path.split("/")
+            if not path.startswith("/") or path == "/" or ".." in parts or any(not p for p in parts[1:]):
+                raise ConfigError(f"sandbox.writable: {path!r} is not a plain absolute path below /")
+            if path in ("/work", "/tmp", "/var/tmp", "/run", "/proc", "/sys", "/dev") or path.startswith(
+                ("/proc/", "/sys/", "/dev/", "/run/")
+            ):
+                raise ConfigError(f"sandbox.writable: {path!r} is a path the sandbox manages itself")
 
     def environment(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         import os

@@ -33,11 +33,12 @@ def claim(directory: Path, run_id: str) -> None:
 class Disk:
     """One sandbox's file system: ``<dir>/disk.img`` mounted on ``<dir>/disk``."""
 
-    def __init__(self, directory: Path, size_mb: int) -> None:
+    def __init__(self, directory: Path, size_mb: int, extra: tuple[str, ...] = ()) -> None:
         self.image = directory / IMAGE
         self.mount = directory / MOUNT
         self.size_mb = size_mb
         self.mounted = False
+        self.extra = extra  # more folders kept like ``work`` (a sandbox's other writable paths)
 
     def folder(self, name: str) -> Path:
         return self.mount / name
@@ -53,24 +54,29 @@ class Disk:
         make_ext4(self.image, self.size_mb)
         mount_image(self.image, self.mount)
         self.mounted = True
-        for name, mode in FOLDERS.items():
+        for name, mode in {**FOLDERS, **dict.fromkeys(self.extra, 0o755)}.items():
             self.folder(name).mkdir()
             os.chmod(self.folder(name), mode)
         shutil.rmtree(self.mount / "lost+found", ignore_errors=True)
 
     def save(self, dest: Path) -> None:
-        """Copy ``work`` to a host folder (a snapshot; the sandbox must be stopped or idle)."""
+        """Copy ``work`` (and the extra folders, beside it as ``<dest>.<name>``) to host
+        folders (a snapshot; the sandbox must be stopped or idle)."""
         subprocess.run(["cp", "-a", "--reflink=auto", str(self.folder("work")), str(dest)], check=True)
+        for name in self.extra:
+            subprocess.run(["cp", "-a", "--reflink=auto", str(self.folder(name)), f"{dest}.{name}"], check=True)
 
     def load(self, source: Path) -> None:
-        """Back to a saved ``work``, with every other folder empty, as on a fresh disk."""
-        for name in FOLDERS:
+        """Back to a saved ``work`` and extra folders, with every other folder empty, as on a fresh disk."""
+        for name in (*FOLDERS, *self.extra):
             for child in self.folder(name).iterdir():
                 if child.is_dir() and not child.is_symlink():
                     shutil.rmtree(child)
                 else:
                     child.unlink()
         subprocess.run(["cp", "-a", "--reflink=auto", f"{source}/.", str(self.folder("work"))], check=True)
+        for name in self.extra:
+            subprocess.run(["cp", "-a", "--reflink=auto", f"{source}.{name}/.", str(self.folder(name))], check=True)
 
     def destroy(self) -> None:
         """Unmount (lazily if something still holds it) and delete the image."""

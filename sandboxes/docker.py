@@ -21,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import posixpath
 import shutil
 import socket
 import tarfile
+import tempfile
 import threading
 import time
 import uuid
@@ -96,7 +98,7 @@ class DockerSandbox(Sandbox):
             self.disk_note = f"no disk quota (engine {self.host} is not on this host); the container layer is unbounded"
             return
         claim(self.dir, self.config.run_id)
-        disk = Disk(self.dir, self.config.disk_mb)
+        disk = Disk(self.dir, self.config.disk_mb, tuple(f"w{i}" for i in range(len(self.config.writable))))
         try:
             disk.create()
         except OSError as exc:
@@ -120,6 +122,10 @@ class DockerSandbox(Sandbox):
         disk = {}
         if self.disk is not None:  # read-only root; everything writable is on the sandbox's disk
             binds = {"work": WORKDIR, "tmp": "/tmp", "var-tmp": "/var/tmp"}
+            binds.update({f"w{i}": path for i, path in enumerate(c.writable)})
+            if self._generation == 1:  # a fresh disk: the writable paths start with the image's content
+                for i, path in enumerate(c.writable):
+                    self._fill_from_image(image, path, self.disk.folder(f"w{i}"))
             disk = {
                 "read_only": True,
                 "volumes": {str(self.disk.folder(k)): {"bind": v, "mode": "rw"} for k, v in binds.items()},
@@ -149,6 +155,37 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"image {image} not found on {self.host} (run: trajforge sandboxes build)") from None
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a container from {image}: {exc.explanation or exc}") from None
+
+    def _fill_from_image(self, image: str, path: str, folder: Path) -> None:
+        """Copy what ``image`` holds at ``path`` into ``folder`` (on the quota disk: a full disk
+        is ENOSPC, as in the sandbox), through a container that is created and never run."""
+        docker = self._docker()
+        try:
+            probe = self.client.containers.create(image, command=["true"], labels={LABEL_OWNER: owner_label()})
+        except docker.errors.ImageNotFound:
+            raise SandboxError(f"image {image} not found on {self.host} (run: trajforge sandboxes build)") from None
+        try:
+            try:
+                stream, _ = probe.get_archive(path)
+            except docker.errors.NotFound:
+                return  # nothing there in the image: the path starts empty
+            with tempfile.TemporaryFile(dir=folder) as buf:
+                for chunk in stream:
+                    buf.write(chunk)
+                buf.seek(0)
+                with tarfile.open(fileobj=buf) as tar:
+                    top = posixpath.basename(path.rstrip("/"))
+                    members = []
+                    for m in tar.getmembers():
+                        rel = m.name.split("/", 1)[1] if "/" in m.name else ""
+                        if m.name.split("/", 1)[0] != top or not rel:
+                            continue
+                        m.name = rel
+                        members.append(m)
+                    tar.extractall(folder, members=members, filter="data")
+        finally:
+            with contextlib.suppress(docker.errors.APIError):
+                probe.remove(force=True)
 
     def alive(self) -> bool:
         if self.container is None:

@@ -275,13 +275,33 @@ def test_cli_query_stats_and_validate_name_every_bad_file(store, planted):
     assert run_query(COUNT, str(store)).to_pylist() == [{"n": TOTAL - damaged, "planted": 0}]
 
 
+def _corrupt_a_text(path) -> None:
+    """Flip a byte of an observation text in a shard (bit rot): a byte inside a compressed
+    buffer that changes the texts or breaks the read. Padding between buffers, or a field
+    no check covers, would change nothing a reader can see, so those bytes are passed over."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    data = bytearray(path.read_bytes())
+    texts = ipc.open_file(pa.py_buffer(bytes(data))).read_all().column("observation_texts")
+    pos = len(data) // 2
+    while (pos := data.find(b"\x28\xb5\x2f\xfd", pos + 1)) > 0:  # each zstd frame after the middle
+        trial = bytearray(data)
+        trial[pos + 12] ^= 0xFF
+        try:
+            if not ipc.open_file(pa.py_buffer(bytes(trial))).read_all().column("observation_texts").equals(texts):
+                break
+        except (pa.ArrowException, OSError):
+            break
+    assert pos > 0, "no byte of the texts found"
+    path.write_bytes(bytes(trial))
+
+
 def test_repair_relists_the_shards_of_a_lost_manifest_after_verifying_them(store):
     run_dir = store / "raw" / "swe" / "synth-s0"
     before = RunManifest.load(LOCAL, str(run_dir))
     (run_dir / "manifest.json").unlink()
-    data = bytearray((run_dir / "part-00001.arrow").read_bytes())
-    data[len(data) // 2] ^= 0xFF  # this one fails verification: reported, not listed
-    (run_dir / "part-00001.arrow").write_bytes(bytes(data))
+    _corrupt_a_text(run_dir / "part-00001.arrow")  # this one fails verification: reported, not listed
     (run_dir / "part-00009.arrow").symlink_to(store / "raw" / "web" / "synth-s0" / "part-00000.arrow")
 
     stats = Store(store, on_warning=lambda m: None)

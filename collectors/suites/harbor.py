@@ -1,0 +1,188 @@
+"""Harbor task folders (Harbor, Terminal-Bench 2): ``task.toml``, ``instruction.md``,
+``environment/Dockerfile``, ``tests/test.sh`` (writes ``/logs/verifier/reward.txt``) and
+``solution/solve.sh``. Each becomes a terminal task:
+
+- its image is built from the task's Dockerfile through the container engine (tag
+  ``localhost/harbor-<name>:<hash of the environment folder>``), or ``--image`` replaces it
+  (offline: the Dockerfile's base cannot be pulled);
+- the sandbox may write the Dockerfile's ``WORKDIR`` (filled with the image's content
+  there) and Harbor's ``/tests``, ``/solution`` and ``/logs`` (``extra.sandbox.writable``),
+  on its quota disk;
+- after the episode the tests are copied in (the agent never sees them) and ``test.sh``
+  runs from the workdir; its ``reward.txt`` is the reward (``extra.reward_file``);
+- ``solution/solve.sh`` is the scripted solution (``actions``): the oracle policy is
+  ``policy: {kind: scripted}``;
+- ``task.toml``'s timeouts and resources are honoured: ``[agent] timeout_sec`` (the
+  episode), ``[verifier] timeout_sec``, ``[environment]`` ``cpus``, ``memory = "2G"`` or
+  ``memory_mb``, ``storage = "10G"`` or ``storage_mb`` (the disk quota).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from schemas.errors import ConfigError
+
+HARBOR_DIRS = ("/tests", "/solution", "/logs")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[kmgt])?\s*$", re.I)
+_UNITS = {"": 1 / (1 << 20), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def size_mb(value: Any, where: str) -> int:
+    """``"2G"``, ``"512M"``, ``"1.5GiB"`` or a number of bytes -> MiB."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return max(1, int(value / (1 << 20)))
+    m = _SIZE.match(value) if isinstance(value, str) else None
+    if not m:
+        raise ConfigError(f"{where}: {value!r} is not a size such as 2G or 512M")
+    unit = (m.group(2) or "")[:1].upper()
+    return max(1, int(float(m.group(1)) * _UNITS[unit]))
+
+
+def workdir_of(dockerfile: str) -> str:
+    """The last ``WORKDIR`` of a Dockerfile (absolute; ``/`` when there is none)."""
+    found = "/"
+    for line in dockerfile.splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2 and parts[0].upper() == "WORKDIR":
+            path = parts[1].strip().strip('"')
+            found = path if path.startswith("/") else f"{found.rstrip('/')}/{path}"
+    return found
+
+
+def _text(path: Path, where: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: missing") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: not UTF-8 text") from None
+
+
+def _table(config: dict, name: str, where: str) -> dict:
+    value = config.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: [{name}] is not a table")
+    return value
+
+
+def _number(table: dict, key: str, where: str) -> float | None:
+    v = table.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise ConfigError(f"{where}: {key} = {v!r} is not a positive number")
+    return float(v)
+
+
+def build_image(folder: Path, name: str, log=print) -> str:
+    """Build the task's ``environment/`` with the container engine; returns the tag."""
+    from sandboxes.engine import client, find_engine
+
+    env_dir = folder / "environment"
+    digest = hashlib.sha256()
+    for p in sorted(env_dir.rglob("*")):
+        if p.is_file():
+            digest.update(str(p.relative_to(env_dir)).encode() + b"\0" + p.read_bytes())
+    tag = f"localhost/harbor-{re.sub(r'[^a-z0-9_.-]', '-', name.lower())}:{digest.hexdigest()[:12]}"
+    docker = client(find_engine())
+    try:
+        docker.images.get(tag)
+        return tag
+    except Exception:  # not built yet
+        pass
+    log(f"building {tag} ...")
+    try:
+        docker.images.build(path=str(env_dir), tag=tag, rm=True, pull=False)
+    except Exception as exc:  # BuildError / APIError: the engine's own words, one line
+        raise ConfigError(f"{folder}: building environment/Dockerfile failed: {str(exc).splitlines()[0][:300]}") from None
+    return tag
+
+
+def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = True, log=print) -> dict[str, Any]:
+    """One Harbor task folder -> a task body (see the module docstring)."""
+    folder = Path(folder)
+    name = folder.resolve().name
+    where = str(folder)
+    try:
+        config = tomllib.loads(_text(folder / "task.toml", f"{where}/task.toml"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}/task.toml: not TOML ({exc})") from None
+    instruction = _text(folder / "instruction.md", f"{where}/instruction.md").strip()
+    dockerfile = _text(folder / "environment" / "Dockerfile", f"{where}/environment/Dockerfile")
+    test_sh = folder / "tests" / "test.sh"
+    if not test_sh.is_file():
+        raise ConfigError(f"{where}/tests/test.sh: missing")
+    env, agent, verifier = (_table(config, t, f"{where}/task.toml") for t in ("environment", "agent", "verifier"))
+    sandbox: dict[str, Any] = {}
+    if "memory" in env or "memory_mb" in env:
+        sandbox["memory_mb"] = (
+            size_mb(env["memory"], f"{where}/task.toml memory") if "memory" in env else int(_number(env, "memory_mb", where))
+        )
+    if "storage" in env or "storage_mb" in env:
+        sandbox["disk_mb"] = (
+            size_mb(env["storage"], f"{where}/task.toml storage") if "storage" in env else int(_number(env, "storage_mb", where))
+        )
+    cpus = _number(env, "cpus", f"{where}/task.toml")
+    if cpus is not None:
+        sandbox["cpus"] = cpus
+    workdir = workdir_of(dockerfile)
+    sandbox["writable"] = sorted({*HARBOR_DIRS, *([workdir] if workdir != "/" else [])})
+    sandbox["image"] = image or (build_image(folder, name, log) if build else f"localhost/harbor-{name}")
+    verify_files = {}
+    for p in sorted((folder / "tests").rglob("*")):
+        if p.is_file():
+            verify_files[f"/tests/{p.relative_to(folder / 'tests').as_posix()}"] = _text(p, str(p))
+    actions: list[dict[str, Any]] = []
+    solve = folder / "solution" / "solve.sh"
+    if solve.is_file():
+        agent_timeout = _number(agent, "timeout_sec", where) or 600.0
+        actions = [
+            {"action": "write_file", "path": "/solution/solve.sh", "content": _text(solve, str(solve))},
+            {"action": "run", "command": f"cd {workdir} && bash /solution/solve.sh", "timeout": min(agent_timeout, 3600.0)},
+        ]
+    extra: dict[str, Any] = {
+        "source": "harbor",
+        "source_id": name,
+        "workdir": workdir,
+        "sandbox": sandbox,
+        "verify_files": verify_files,
+        "reward_file": "/logs/verifier/reward.txt",
+    }
+    for key, table, field in (("episode_timeout_s", agent, "timeout_sec"), ("verify_timeout_s", verifier, "timeout_sec")):
+        value = _number(table, field, f"{where}/task.toml")
+        if value is not None:
+            extra[key] = value
+    metadata = _table(config, "metadata", f"{where}/task.toml")
+    if metadata:
+        extra["metadata"] = metadata
+    return {
+        "id": f"harbor/{name}",
+        "domain": "terminal",
+        "env_id": f"harbor-{name}",
+        "instruction": instruction,
+        "check": f"rm -rf /logs/verifier && mkdir -p /logs/verifier && cd {workdir} && bash /tests/test.sh",
+        "actions": actions,
+        "extra": extra,
+    }
+
+
+def task_folders(paths: list[str]) -> list[Path]:
+    """The task folders under each path (a task folder itself, or a folder of them)."""
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.is_dir():
+            raise ConfigError(f"{p}: no such folder")
+        if (p / "task.toml").is_file():
+            found.append(p)
+        else:
+            kids = sorted(k for k in p.iterdir() if (k / "task.toml").is_file())
+            if not kids:
+                raise ConfigError(f"{p}: no Harbor task here (no task.toml in it or its subfolders)")
+            found += kids
+    return found
