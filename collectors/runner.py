@@ -35,7 +35,7 @@ from collectors.wrappers import Recorder, StepLimit, WallTimeLimit
 from pipelines.store import Store, StoreWriter
 from sandboxes.base import SandboxConfig
 from schemas.errors import ConfigError, TrajforgeError
-from schemas.transition import Provenance, Transition
+from schemas.transition import Provenance, Transition, canonical_json
 
 COLLECTOR = "trajforge.collectors"
 COLLECTOR_VERSION = "1"
@@ -60,7 +60,7 @@ _ENVS: dict[tuple[str, str], Any] = {}  # one live environment per (domain, env_
 
 
 #: What a task may set of its sandbox (``extra.sandbox``: an imported task's own image and resources).
-TASK_SANDBOX_KEYS = frozenset({"image", "memory_mb", "cpus", "disk_mb", "pids"})
+TASK_SANDBOX_KEYS = frozenset({"image", "memory_mb", "cpus", "disk_mb", "pids", "writable"})
 
 
 def task_sandbox(task, base: SandboxConfig) -> SandboxConfig:
@@ -70,12 +70,16 @@ def task_sandbox(task, base: SandboxConfig) -> SandboxConfig:
     if not isinstance(own, dict) or unknown:
         known = ", ".join(sorted(TASK_SANDBOX_KEYS))
         raise ConfigError(f"task {task.id}: extra.sandbox: expected a mapping of {known}, got {unknown[:1] or own!r}")
-    return replace(base, **own) if own else base
+    return replace(base, **{k: tuple(v) if k == "writable" else v for k, v in own.items()}) if own else base
+
+
+def _env_key(spec: EpisodeSpec) -> tuple[str, str, str]:
+    """A worker keeps one environment per domain, environment id and task sandbox."""
+    return spec.task.domain, spec.task.env_id, canonical_json(spec.task.extra.get("sandbox") or {})
 
 
 def _env_for(spec: EpisodeSpec, job: JobConfig):
-    own = spec.task.extra.get("sandbox") or {}
-    key = (spec.task.domain, spec.task.env_id, tuple(sorted(own.items())) if isinstance(own, dict) else ())
+    key = _env_key(spec)
     env = _ENVS.get(key)
     if env is None or env.closed:
 
@@ -95,8 +99,7 @@ def _env_for(spec: EpisodeSpec, job: JobConfig):
 
 
 def _drop_env(spec: EpisodeSpec) -> None:
-    own = spec.task.extra.get("sandbox") or {}
-    env = _ENVS.pop((spec.task.domain, spec.task.env_id, tuple(sorted(own.items())) if isinstance(own, dict) else ()), None)
+    env = _ENVS.pop(_env_key(spec), None)
     if env is not None:
         with contextlib.suppress(Exception):  # the sandbox is already broken; gc sweeps what is left
             env.close()

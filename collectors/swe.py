@@ -212,8 +212,12 @@ class SWEEnv(SandboxEnv):
             text = self._run_tests()
         else:  # Submit
             text = self._run_tests()
-            reward, terminated = (1.0 if self.tests["ok"] else 0.0), True
-            text = f"Submitted. Tests {'passed' if reward else 'failed'}.\n{text}"
+            passed = self.tests["ok"]
+            terminated = True
+            # a task with its own check (an SWE-bench instance: its hidden tests) is scored by
+            # that check after the episode; the visible tests only decide for tasks without one
+            reward = None if self.task is not None and self.task.check else (1.0 if passed else 0.0)
+            text = f"Submitted. Tests {'passed' if passed else 'failed'}.\n{text}"
         action_ms = (time.perf_counter() - t0) * 1000
         obs, observe_ms = self._observation(text)
         return obs, reward, terminated, {"action_ms": action_ms, "observe_ms": observe_ms}

@@ -8,7 +8,8 @@
   ``https://github.com/<repo>.git``, checked out at ``base_commit`` (SWE-smith rows without
   one: the branch named by ``instance_id``);
 - after the episode the test patch is applied (the test files it touches first go back to
-  the base commit) and the tests of those files run; success is every FAIL_TO_PASS test
+  the base commit) and the tests of those files run (with pytest, also the files the test
+  ids name); success is every FAIL_TO_PASS test
   passing and every PASS_TO_PASS test still passing (``swebench_eval.py``, run in the
   sandbox; pytest, Django and SymPy logs are read);
 - the gold ``patch`` is the scripted solution (``actions``): ``policy: {kind: scripted}``
@@ -96,7 +97,10 @@ def swebench_task(row: Any, where: str, *, repos: Path | None = None, eval_timeo
         raise ConfigError(f"{where}: FAIL_TO_PASS is empty: nothing would tell success from failure")
     files = list(dict.fromkeys(b for _, b in _DIFF_FILE.findall(test_patch)))
     style = style_of(repo)
-    command = row.get("test_cmd") if isinstance(row.get("test_cmd"), str) else test_command(style, files)
+    run = files
+    if style == "pytest":  # pytest ids name their files: a PASS_TO_PASS test elsewhere runs too
+        run = list(dict.fromkeys([*files, *(t.split("::", 1)[0] for t in f2p + p2p if "::" in t)]))
+    command = row.get("test_cmd") if isinstance(row.get("test_cmd"), str) else test_command(style, run)
     spec = {
         "repo_dir": REPO,
         "base_commit": base,

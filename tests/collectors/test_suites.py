@@ -1,0 +1,219 @@
+"""Task suites in the field's layouts: Harbor task folders and SWE-bench instances become
+tasks that jobs run as usual. The real fixtures parse field by field; a Harbor task and an
+SWE-bench instance that the tests build run end to end on the real sandboxes: the oracle
+(the scripted solution) earns 1.0, a policy that does nothing earns 0."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collectors import runner
+from collectors.jobs import load_job
+from collectors.suites.harbor import harbor_task, size_mb, workdir_of
+from collectors.suites.swebench import rows_of, swebench_task
+from pipelines.query import run_query
+from schemas.errors import ConfigError
+from tests.conftest import cli
+from tests.formats.conftest import agent_data_dir
+
+AGENT_DATA = agent_data_dir()
+
+
+def test_harbor_fixtures_parse_field_by_field():
+    hello = harbor_task(AGENT_DATA / "harbor_tasks" / "hello-world", image="img:1")
+    assert (hello["id"], hello["domain"], hello["env_id"]) == ("harbor/hello-world", "terminal", "harbor-hello-world")
+    assert hello["instruction"] == 'Create a file called hello.txt with "Hello, world!" as the content.'
+    extra = hello["extra"]
+    assert extra["sandbox"] == {
+        "memory_mb": 2048,
+        "disk_mb": 10240,
+        "cpus": 1.0,
+        "writable": ["/app", "/logs", "/solution", "/tests"],
+        "image": "img:1",
+    }
+    assert (extra["episode_timeout_s"], extra["verify_timeout_s"], extra["workdir"]) == (120.0, 120.0, "/app")
+    assert sorted(extra["verify_files"]) == ["/tests/test.sh", "/tests/test_state.py"]
+    assert extra["reward_file"] == "/logs/verifier/reward.txt" and "bash /tests/test.sh" in hello["check"]
+    assert extra["metadata"]["difficulty"] == "easy" and extra["source_id"] == "hello-world"
+    assert (
+        hello["actions"][0]["path"] == "/solution/solve.sh"
+        and 'echo "Hello, world!" > hello.txt' in hello["actions"][0]["content"]
+    )
+    assert hello["actions"][1] == {"action": "run", "command": "cd /app && bash /solution/solve.sh", "timeout": 120.0}
+    simple = harbor_task(AGENT_DATA / "harbor_tasks" / "simple-task", image="img:1")
+    assert (
+        simple["extra"]["sandbox"]["memory_mb"] == 2048 and simple["extra"]["sandbox"]["disk_mb"] == 10240
+    )  # memory_mb spelling
+    assert (size_mb("2G", "x"), size_mb("512M", "x"), size_mb("1.5GiB", "x"), size_mb(1 << 30, "x")) == (2048, 512, 1536, 1024)
+    assert workdir_of("FROM x\nWORKDIR /srv\nWORKDIR app\n") == "/srv/app" and workdir_of("FROM x") == "/"
+    with pytest.raises(ConfigError, match="memory: '2 bananas' is not a size"):
+        size_mb("2 bananas", "task.toml memory")
+
+
+def test_harbor_bad_folders_get_one_line(tmp_path):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "task.toml").write_text("version = [")
+    r = cli("tasks", "import", "harbor", str(tmp_path / "t"), "--out", str(tmp_path / "s.jsonl"), "--image", "x", check=False)
+    assert r.returncode == 2 and "task.toml: not TOML" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "t" / "task.toml").write_text("[environment]\nmemory = 'lots'\n")
+    (tmp_path / "t" / "instruction.md").write_text("do it")
+    r = cli("tasks", "import", "harbor", str(tmp_path / "t"), "--out", str(tmp_path / "s.jsonl"), "--image", "x", check=False)
+    assert r.returncode == 2 and "environment/Dockerfile: missing" in r.stderr
+
+
+def test_swebench_fixture_rows_parse_field_by_field(tmp_path):
+    rows = rows_of(AGENT_DATA / "swebench" / "swe-bench-lite-test.json")
+    tasks = {t["id"]: t for t in (swebench_task(row, where) for where, row in rows)}
+    assert len(tasks) == 5
+    django = tasks["swebench/django__django-16255"]
+    spec = json.loads(django["extra"]["verify_files"]["/tmp/trajforge-eval/spec.json"])
+    assert spec["style"] == "django" and spec["test_files"] == [
+        "tests/sitemaps_tests/test_http.py",
+        "tests/sitemaps_tests/urls/http.py",
+    ]
+    assert spec["fail_to_pass"] == ["test_callable_sitemod_no_items (sitemaps_tests.test_http.HTTPSitemapTests)"]
+    assert len(spec["pass_to_pass"]) == 36 and spec["base_commit"] == "444b6da7cc229a58a2c476a52e45233001dc7073"
+    assert django["extra"]["repo"] == "https://github.com/django/django.git" and django["instruction"].startswith(
+        "Sitemaps without items"
+    )
+    pytest_row = json.loads(tasks["swebench/pytest-dev__pytest-11143"]["extra"]["verify_files"]["/tmp/trajforge-eval/spec.json"])
+    assert pytest_row["command"] == "python3 -m pytest -rA -p no:cacheprovider testing/test_assertrewrite.py"
+    assert (
+        json.loads(tasks["swebench/sympy__sympy-13031"]["extra"]["verify_files"]["/tmp/trajforge-eval/spec.json"])["style"]
+        == "sympy"
+    )
+    gold = tasks["swebench/django__django-16255"]["actions"]
+    assert gold[0]["action"] == "create" and gold[0]["content"].startswith("diff --git a/django/contrib/sitemaps/__init__.py")
+    assert gold[-1] == {"action": "submit"}
+    # lists given as JSON strings (SWE-bench's own rows) read the same
+    where, row = rows[0]
+    as_strings = row | {"FAIL_TO_PASS": json.dumps(row["FAIL_TO_PASS"]), "PASS_TO_PASS": json.dumps(row["PASS_TO_PASS"])}
+    assert swebench_task(as_strings, where) == swebench_task(row, where)
+    for bad, said in [
+        ({**row, "instance_id": None}, "instance_id is missing"),
+        ({**row, "FAIL_TO_PASS": "[oops"}, "FAIL_TO_PASS is a string but not a JSON list"),
+        ({**row, "FAIL_TO_PASS": []}, "FAIL_TO_PASS is empty"),
+        ({**row, "PASS_TO_PASS": [1]}, "PASS_TO_PASS must be a list of test names"),
+    ]:
+        with pytest.raises(ConfigError, match=said):
+            swebench_task(bad, where)
+
+
+def _job(tmp_path: Path, suite: Path, name: str, backend: str) -> Path:
+    body = {
+        "job_id": name,
+        "seed": 0,
+        "tasks": [str(suite)],
+        "policy": {"kind": "scripted"},
+        "episodes_per_task": 1,
+        "max_steps": 8,
+        "workers": 1,
+        "retries": 0,
+        "sandbox": {"backend": backend, "memory_mb": 512},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def _rewards(store: Path) -> dict[str, float]:
+    rows = run_query(
+        "SELECT task_id, max(step) AS last, arg_max(reward, step) AS reward FROM transitions GROUP BY 1", str(store)
+    ).to_pylist()
+    return {r["task_id"]: r["reward"] for r in rows}
+
+
+def _no_op(suite: Path, out: Path, action: dict) -> Path:
+    """The same suite with a policy that does nothing useful (one harmless step)."""
+    bodies = [json.loads(line) | {"actions": [action]} for line in suite.read_text().splitlines()]
+    out.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+    return out
+
+
+def test_harbor_task_end_to_end_oracle_one_no_op_zero(tmp_path, built):
+    task = tmp_path / "tasks" / "greet"
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "solution").mkdir()
+    (task / "task.toml").write_text(
+        'version = "1.0"\n[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n'
+        '[environment]\ncpus = 1\nmemory = "512M"\nstorage = "256M"\n'
+    )
+    (task / "instruction.md").write_text("Write 'hello' followed by the seed in /app/seed.txt into /app/greeting.txt.\n")
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM localhost/trajforge-terminal:latest\nWORKDIR /app\nRUN echo 42 > /app/seed.txt\n"
+    )
+    (task / "tests" / "test.sh").write_text(
+        '#!/bin/bash\nif [ "$(cat /app/greeting.txt 2>/dev/null)" = "hello 42" ]; then echo 1 > /logs/verifier/reward.txt;'
+        " else echo 0 > /logs/verifier/reward.txt; fi\n"
+    )
+    (task / "solution" / "solve.sh").write_text('#!/bin/bash\necho "hello $(cat seed.txt)" > greeting.txt\n')
+    suite = tmp_path / "harbor.jsonl"
+    r = cli("tasks", "import", "harbor", str(tmp_path / "tasks"), "--out", str(suite))  # builds the image with Podman
+    assert "wrote 1 harbor tasks" in r.stdout
+    body = json.loads(suite.read_text())
+    assert body["extra"]["sandbox"]["image"].startswith("localhost/harbor-greet:")
+    assert (body["extra"]["sandbox"]["memory_mb"], body["extra"]["sandbox"]["disk_mb"]) == (512, 256)
+    job, tasks = load_job(_job(tmp_path, suite, "harbor-oracle", "docker"))
+    summary = runner.run_job(job, tasks, str(tmp_path / "store"))
+    assert (summary.collected, summary.failed) == (1, 0)
+    assert _rewards(tmp_path / "store") == {"harbor/greet": 1.0}
+    quiet = _no_op(suite, tmp_path / "harbor-noop.jsonl", {"action": "run", "command": "true"})
+    job, tasks = load_job(_job(tmp_path, quiet, "harbor-noop", "docker"))
+    runner.run_job(job, tasks, str(tmp_path / "store2"))
+    assert _rewards(tmp_path / "store2") == {"harbor/greet": 0.0}
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_swebench_instance_end_to_end_oracle_one_no_op_zero(tmp_path, built):
+    mirror = tmp_path / "repos" / "acme__calc"
+    (mirror / "calc").mkdir(parents=True)
+    (mirror / "tests").mkdir()
+    (mirror / "calc" / "__init__.py").write_text("def add(a, b):\n    return a - b\n\n\ndef neg(a):\n    return -a\n")
+    (mirror / "tests" / "test_neg.py").write_text("from calc import neg\n\n\ndef test_neg():\n    assert neg(2) == -2\n")
+    _git(mirror, "init", "-q")
+    _git(mirror, "add", ".")
+    _git(mirror, "commit", "-q", "-m", "base")
+    base = _git(mirror, "rev-parse", "HEAD")
+    (mirror / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n\n\ndef neg(a):\n    return -a\n")
+    gold = _git(mirror, "diff")
+    _git(mirror, "checkout", "-q", ".")
+    (mirror / "tests" / "test_add.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    _git(mirror, "add", "-N", "tests/test_add.py")
+    test_patch = _git(mirror, "diff")
+    _git(mirror, "reset", "-q")
+    (mirror / "tests" / "test_add.py").unlink()
+    row = {
+        "instance_id": "acme__calc-1",
+        "repo": "acme/calc",
+        "base_commit": base,
+        "patch": gold + "\n",
+        "test_patch": test_patch + "\n",
+        "problem_statement": "add() subtracts.",
+        "FAIL_TO_PASS": json.dumps(["tests/test_add.py::test_add"]),
+        "PASS_TO_PASS": ["tests/test_neg.py::test_neg"],
+    }
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    suite = tmp_path / "swe.jsonl"
+    cli("tasks", "import", "swebench", str(tmp_path / "rows.jsonl"), "--repos", str(tmp_path / "repos"), "--out", str(suite))
+    assert json.loads(suite.read_text())["extra"]["repo"] == str(mirror.resolve())
+    job, tasks = load_job(_job(tmp_path, suite, "swe-oracle", "docker"))
+    job = job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"image": "localhost/trajforge-swe:latest"})})
+    summary = runner.run_job(job, tasks, str(tmp_path / "store"))
+    assert (summary.collected, summary.failed) == (1, 0)
+    assert _rewards(tmp_path / "store") == {"swebench/acme__calc-1": 1.0}
+    quiet = _no_op(suite, tmp_path / "swe-noop.jsonl", {"action": "submit"})
+    job, tasks = load_job(_job(tmp_path, quiet, "swe-noop", "docker"))
+    job = job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"image": "localhost/trajforge-swe:latest"})})
+    runner.run_job(job, tasks, str(tmp_path / "store2"))
+    assert _rewards(tmp_path / "store2") == {"swebench/acme__calc-1": 0.0}
