@@ -76,7 +76,9 @@ class Scrub(Strict):
 
 class Decontaminate(Strict):
     enabled: bool = True
-    eval_sets: list[str] = Field(default_factory=list)  # JSONL files: id, task_id, instruction, text, repo, commit
+    # JSONL files: id, task_id, instance_id, extra.source_id, instruction, text, repo, commit / base_commit
+    # (a suite from `trajforge tasks import`, or SWE-bench rows, work as they are)
+    eval_sets: list[str] = Field(default_factory=list)
     ngram: int = Field(13, ge=3, le=64)
 
 

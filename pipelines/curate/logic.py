@@ -187,11 +187,14 @@ class EvalIndex:
                 if not line.strip():
                     continue
                 item = json.loads(line)
-                for key in ("id", "task_id"):
-                    if item.get(key):
-                        index.ids[str(item[key])] = name
-                if item.get("repo") and item.get("commit"):
-                    index.repos[(item["repo"], item["commit"])] = name
+                extra = item.get("extra") if isinstance(item.get("extra"), dict) else {}
+                # a task suite's own id and its source's (``trajforge tasks import``), or a row's instance_id
+                for value in (item.get("id"), item.get("task_id"), item.get("instance_id"), extra.get("source_id")):
+                    if value:
+                        index.ids[str(value)] = name
+                commit = item.get("commit") or item.get("base_commit")
+                if item.get("repo") and commit:
+                    index.repos[(item["repo"], commit)] = name
                 for key in ("instruction", "text", "observation", "gold"):
                     if isinstance(item.get(key), str):
                         for g in word_ngrams(item[key], n):

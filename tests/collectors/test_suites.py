@@ -217,3 +217,24 @@ def test_swebench_instance_end_to_end_oracle_one_no_op_zero(tmp_path, built):
     job = job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"image": "localhost/trajforge-swe:latest"})})
     runner.run_job(job, tasks, str(tmp_path / "store2"))
     assert _rewards(tmp_path / "store2") == {"swebench/acme__calc-1": 0.0}
+
+
+def test_imported_suites_and_rows_decontaminate_by_source_id(tmp_path):
+    from dataclasses import replace
+
+    from collectors.suites import write_suite
+    from pipelines.curate.logic import EvalIndex
+    from tests.conftest import make_transitions
+
+    suite = write_suite([harbor_task(AGENT_DATA / "harbor_tasks" / "hello-world", image="x")], tmp_path / "harbor.jsonl")
+    rows = AGENT_DATA / "swebench" / "swe-bench-lite-test.json"
+    (tmp_path / "lite.jsonl").write_text("".join(json.dumps(r) + "\n" for r in json.loads(rows.read_text())))
+    index = EvalIndex.from_files([str(suite), str(tmp_path / "lite.jsonl")])
+    t = make_transitions(3)[:1]
+    for task_id, said in [
+        ("harbor/hello-world", "task id harbor/hello-world is in harbor.jsonl"),
+        ("hello-world", "task id hello-world is in harbor.jsonl"),  # the source's own id
+        ("django__django-16255", "task id django__django-16255 is in lite.jsonl"),  # an imported run of that instance
+    ]:
+        assert index.contamination([replace(t[0], task_id=task_id)]) == ("contaminated_task", said)
+    assert index.contamination([replace(t[0], task_id="something-else", instruction="unrelated words")]) is None
