@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, record_id_of
+from formats.episode import Episode, Step, as_text, canonical_action
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "adp"
@@ -103,7 +103,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     content = record.get("content")
     _need(isinstance(content, list), "content: missing or not a list")
     rid = record.get("id")
-    _need(rid is None or isinstance(rid, str | int), "id: not a string")
+    _need(isinstance(rid, str | int) and not isinstance(rid, bool) and rid != "", "id: missing or not a string (ADP requires it)")
     details = record.get("details") if isinstance(record.get("details"), dict) else {}
     ours = details.get("trajforge") if isinstance(details.get("trajforge"), dict) else {}
     web = any(isinstance(c, dict) and c.get("class_") == "web_observation" for c in content)
@@ -131,7 +131,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     if not steps:
         return
     steps = _ours(steps, ours)
-    rid = str(rid) if rid is not None else record_id_of(record)
+    rid = str(rid)
     yield Episode(
         record_id=rid,
         initial="\n".join(first),

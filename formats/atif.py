@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, record_id_of, text_action
+from formats.episode import Episode, Step, as_text, canonical_action, text_action
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "atif"
@@ -43,7 +43,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     _need(isinstance(steps, list), "steps: missing or not a list")
     _need(isinstance(record.get("schema_version", ""), str), "schema_version: not a string")
     session = record.get("session_id")
-    _need(session is None or isinstance(session, str), "session_id: not a string")
+    _need(isinstance(session, str) and session != "", "session_id: missing or not a string (the spec requires it)")
     agent = record.get("agent") if isinstance(record.get("agent"), dict) else {}
     agent_name = "/".join(str(agent[k]) for k in ("name", "version") if agent.get(k)) or None
     model = agent.get("model_name") if isinstance(agent.get("model_name"), str) else None
@@ -75,7 +75,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     extra = record.get("extra") if isinstance(record.get("extra"), dict) else {}
     ours = extra.get("trajforge") if isinstance(extra.get("trajforge"), dict) else {}
     yield Episode(
-        record_id=session or record_id_of(record),
+        record_id=session,
         initial="\n\n".join(users),
         steps=out,
         instruction=ours.get("instruction") if "instruction" in ours else users[0] if users else None,

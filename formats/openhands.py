@@ -68,7 +68,7 @@ def _action(event: dict, where: str) -> Action:
     if found is not None:
         return found
     kind = event["action"]
-    args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    args = event.get("args", {})
     _need(isinstance(args, dict), f"{where}.args: not an object")
     if kind == "run" and isinstance(args.get("command"), str):
         return Action.make("run", raw=args["command"], command=args["command"], timeout=30.0)

@@ -109,17 +109,21 @@ def test_malformed_records_are_skipped_and_named(tmp_path):
     bad_step_id["steps"][1]["step_id"] = "two"
     no_name = json.loads(json.dumps(good)) | {"session_id": "no-name"}
     del no_name["steps"][1]["tool_calls"][0]["function_name"]
+    no_session = json.loads(json.dumps(good))
+    del no_session["session_id"]
     lines = [json.dumps(good), json.dumps(bad_step_id), '{"steps": 3}', json.dumps(no_name), "[1, 2", json.dumps([1])]
+    lines.append(json.dumps(no_session))
     (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "cut.json").write_text(json.dumps(good)[:-40])  # truncated
     (tmp_path / "array.json").write_text("[" + json.dumps(good) + ", " + json.dumps(good)[:50])  # a cut array
     s = import_files("atif", [tmp_path], tmp_path / "st", source="probe")
-    assert (s.trajectories, s.malformed) == (2, 7)  # the good line and the array's whole first item; 5 + 1 + 1 bad
+    assert (s.trajectories, s.malformed) == (2, 8)  # the good line and the array's whole first item; 6 + 1 + 1 bad
     said = [str(p) for p in s.problems]
     assert any("runs.jsonl: line 2: steps[1].step_id: 'two' is not an integer" in p for p in said), said
     assert any("runs.jsonl: line 3: steps: missing or not a list" in p for p in said), said
     assert any("runs.jsonl: line 4: steps[1].tool_calls[0].function_name: missing" in p for p in said), said
     assert any("runs.jsonl: line 5: not JSON" in p for p in said) and any("line 6: expected a JSON object" in p for p in said)
+    assert any("runs.jsonl: line 7: session_id: missing" in p for p in said), said
     assert any("cut.json: record: not JSON" in p for p in said) and any("array.json: item 1: not JSON" in p for p in said)
     with pytest.raises(ConfigError, match=r"runs.jsonl: line 2: steps\[1\].step_id"):
         import_files("atif", [tmp_path / "runs.jsonl"], tmp_path / "st2", source="probe", strict=True)

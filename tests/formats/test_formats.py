@@ -110,6 +110,11 @@ BAD = {
     "openhands": [
         ('{"history": [{"id": 1, "source": "agent", "action": 5}]}', "events[0].action: not a string"),
         ('{"history": [{"source": "agent", "action": "run", "args": {"command": "ls"}}]}', "events[0].id: missing"),
+        (
+            '{"history": [{"id": 1, "source": "agent", "action": "run", "args": "ls"},'
+            ' {"id": 2, "cause": 1, "observation": "run"}]}',
+            "events[0].args: not an object",
+        ),
         ('{"nothing": []}', "no events"),
     ],
     "openai-messages": [
@@ -123,7 +128,8 @@ BAD = {
     "adp": [
         ('{"id": "x", "content": [{"class_": "shell"}]}', "content[0].class_: 'shell' is not an ADP action or observation"),
         ('{"id": "x", "content": [{"class_": "api_action", "kwargs": {}}]}', "content[0].function: missing"),
-        ('{"id": ["x"], "content": []}', "id: not a string"),
+        ('{"id": ["x"], "content": []}', "id: missing or not a string"),
+        ('{"content": [{"class_": "text_observation", "content": "x"}]}', "id: missing or not a string"),
     ],
 }
 
