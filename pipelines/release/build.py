@@ -66,7 +66,7 @@ def create_release(
         return done  # built from exactly these inputs already: nothing to do
     from pipelines.release import graph  # Beam (the release extra): needed only to build, after the rerun check
 
-    cfg = simulated.resolve(cfg, store, shards)  # use: cap counts simulated trajectories once
+    cfg = simulated.resolve(cfg, store, shards)  # caps (simulated: cap, provenance.max_share) count trajectories once
     releases = Path(store.sfs.local_path(store.layout.release_dir(name)))  # object stores: built locally
     tmp = releases / f".{version}.building"
     shutil.rmtree(tmp, ignore_errors=True)

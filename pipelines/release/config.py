@@ -105,11 +105,20 @@ class ProvenanceFilter(Strict):
         default_factory=lambda: ["collected", "imported", "simulated"]
     )
     executed: list[Literal["executed", "not_executed", "unknown"]] = Field(default_factory=lambda: ["executed"])
+    # caps: an origin or an executed value -> the most share of the release's trajectories it
+    # may have (e.g. {imported: 0.5, unknown: 0.1}); kept: the lowest seeded hashes, as simulated: cap
+    max_share: dict[Literal["collected", "imported", "simulated", "executed", "not_executed", "unknown"], float] = Field(
+        default_factory=dict
+    )
+    keep_below: dict[str, float] = Field(default_factory=dict)  # set by the build for max_share (recorded in the manifest)
 
     @model_validator(mode="after")
     def _some(self) -> ProvenanceFilter:
         if not self.origins or not self.executed:
             raise ValueError("origins and executed each need at least one value (else the release is empty)")
+        for key, share in self.max_share.items():
+            if not 0.0 < share < 1.0:
+                raise ValueError(f"max_share of {key} must be in (0, 1), got {share}")
         return self
 
 

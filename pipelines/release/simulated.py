@@ -33,32 +33,68 @@ def cap_bound(cfg: MixtureConfig, real: int, simulated: list[str]) -> float:
     return hashes[keep] if keep < len(hashes) else 1.0
 
 
-def resolve(cfg: MixtureConfig, store, shards: list[tuple[str, str]]) -> MixtureConfig:
-    """For ``use: cap``, the config with its ``keep_below`` bound counted from the shards."""
-    if cfg.simulated.use != "cap":
-        return cfg
+def _trajectories(store, shards: list[tuple[str, str]]) -> dict[str, tuple[str, str, bool]]:
+    """Every trajectory id -> (origin, executed, simulated), from two small columns a shard
+    (a v1 shard's provenance has no origin: collected or simulated, as its migration says)."""
     from pipelines.store.shards import read_column
 
-    real: set[str] = set()
-    simulated: set[str] = set()
+    found: dict[str, tuple[str, str, bool]] = {}
     for _, path in shards:
         ids = read_column(store.sfs, path, "trajectory_id").to_pylist()
-        flags = pc.struct_field(read_column(store.sfs, path, "provenance").combine_chunks(), "simulated").to_pylist()
-        for tid, sim in zip(ids, flags, strict=True):
-            (simulated if sim else real).add(tid)
-    bound = cap_bound(cfg, len(real), sorted(simulated))
-    return cfg.model_copy(update={"simulated": cfg.simulated.model_copy(update={"keep_below": bound})})
+        prov = read_column(store.sfs, path, "provenance").combine_chunks()
+        names = {f.name for f in prov.type}
+        sims = pc.struct_field(prov, "simulated").to_pylist()
+        origins = pc.struct_field(prov, "origin").to_pylist() if "origin" in names else [None] * len(ids)
+        executed = pc.struct_field(prov, "executed").to_pylist() if "executed" in names else [None] * len(ids)
+        for tid, sim, o, e in zip(ids, sims, origins, executed, strict=True):
+            found[tid] = (o or ("simulated" if sim else "collected"), e or ("not_executed" if sim else "executed"), bool(sim))
+    return found
+
+
+def resolve(cfg: MixtureConfig, store, shards: list[tuple[str, str]]) -> MixtureConfig:
+    """The config with the hash bounds its caps need, counted from the shards once:
+    ``simulated.keep_below`` for ``use: cap`` and ``provenance.keep_below`` for each
+    ``provenance.max_share`` group (relative to the trajectories the filter takes)."""
+    if cfg.simulated.use != "cap" and not cfg.provenance.max_share:
+        return cfg
+    found = _trajectories(store, shards)
+    if cfg.simulated.use == "cap":
+        real = [t for t, (_, _, sim) in found.items() if not sim]
+        bound = cap_bound(cfg, len(real), sorted(t for t, (_, _, sim) in found.items() if sim))
+        cfg = cfg.model_copy(update={"simulated": cfg.simulated.model_copy(update={"keep_below": bound})})
+    taken = {t: v for t, v in found.items() if passes_filter(cfg, *v)}
+    bounds = {}
+    for group, share in sorted(cfg.provenance.max_share.items()):
+        inside = sorted(group_hash(cfg, group, t) for t, (o, e, _) in taken.items() if group in (o, e))
+        others = len(taken) - len(inside)
+        keep = min(len(inside), math.floor(share * others / (1.0 - share) + 1e-9))
+        bounds[group] = inside[keep] if keep < len(inside) else 1.0
+    return cfg.model_copy(update={"provenance": cfg.provenance.model_copy(update={"keep_below": bounds})})
+
+
+def passes_filter(cfg: MixtureConfig, origin: str, executed: str, simulated: bool) -> bool:
+    """``cfg.provenance``'s filter: the origin taken, and (unless simulated, which follows
+    ``cfg.simulated``) the executed value taken."""
+    return origin in cfg.provenance.origins and (simulated or executed in cfg.provenance.executed)
+
+
+def group_hash(cfg: MixtureConfig, group: str, trajectory_id: str) -> float:
+    return unit(cfg.seed, "provenance", group, trajectory_id)
 
 
 def keeps(cfg: MixtureConfig, traj) -> bool:
     """Whether a trajectory's samples go into the release: by its origin and whether it
-    was executed (``cfg.provenance``; a simulated one is never executed, and follows
-    ``cfg.simulated`` instead), then by ``cfg.simulated``."""
+    was executed (``cfg.provenance``, with its caps), then by ``cfg.simulated``."""
     prov = traj.first.provenance
-    if prov.origin not in cfg.provenance.origins:
+    if not passes_filter(cfg, prov.origin, prov.executed, prov.simulated):
         return False
-    if not prov.simulated and prov.executed not in cfg.provenance.executed:
-        return False
+    for group in (prov.origin, prov.executed):
+        if group in cfg.provenance.max_share:
+            bound = cfg.provenance.keep_below.get(group)
+            if bound is None:
+                raise ConfigError("provenance: max_share was not resolved against the data (call simulated.resolve)")
+            if group_hash(cfg, group, traj.first.trajectory_id) >= bound:
+                return False
     if not prov.simulated or cfg.simulated.use == "include":
         return True
     if cfg.simulated.use == "exclude":

@@ -3,6 +3,7 @@ executed as the mixture asks, and the card lists the sources with their licences
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pyarrow.parquet as pq
@@ -43,11 +44,14 @@ def test_default_mixture_takes_executed_rows_only_and_the_card_names_sources(tmp
     train_tokenizer([t.next_state.text for t in real[:100]], str(store / "tokenizer.json"), vocab_size=400)
     base = load_mixture("examples/mixtures/default.yaml", str(store)).model_dump()
 
-    def build(version: str, provenance: dict) -> set[str]:
+    def trajectories(version: str, provenance: dict) -> set[str]:
         cfg = MixtureConfig.model_validate({**base, "provenance": provenance, "stages": {"sft": {}}})
         create_release(cfg, str(store), "wm", version, beam_args=in_memory, log=lambda m: None)
         files = sorted((store / "releases" / "wm" / version / "data" / "sft").glob("*.parquet"))
-        return {t.split("-", 1)[0] for f in files for t in pq.read_table(f, columns=["trajectory_id"]).column(0).to_pylist()}
+        return {t for f in files for t in pq.read_table(f, columns=["trajectory_id"]).column(0).to_pylist()}
+
+    def build(version: str, provenance: dict) -> set[str]:
+        return {t.split("-", 1)[0] for t in trajectories(version, provenance)}
 
     assert build("default", {}) == {"synth", "bench"}  # acme's next states were never vouched for: left out
     assert build("all", {"executed": ["executed", "unknown"]}) == {"synth", "bench", "acme"}
@@ -59,3 +63,16 @@ def test_default_mixture_takes_executed_rows_only_and_the_card_names_sources(tmp
     assert any(r.startswith("| collected |") for r in rows)
     shares = [float(r.rstrip(" |").rsplit("| ", 1)[1].rstrip("%")) for r in rows]
     assert abs(sum(shares) - 100) < 0.5
+    # caps: imported trajectories at most 30% of what the filter takes, the lowest hashes first
+    everything = trajectories("everything", {"executed": ["executed", "unknown"]})
+    capped = trajectories("capped", {"executed": ["executed", "unknown"], "max_share": {"imported": 0.3}})
+    imported = {t for t in everything if not t.startswith("synth")}
+    kept = {t for t in capped if not t.startswith("synth")}
+    assert capped - kept == everything - imported  # collected ones untouched
+    assert 0 < len(kept) / len(capped) <= 0.3 < (len(kept) + 1) / (len(capped) + 1)
+    from pipelines.release.simulated import group_hash
+
+    manifest = json.loads((store / "releases" / "wm" / "capped" / "manifest.json").read_text())
+    cfg = MixtureConfig.model_validate(manifest["config"])
+    bound = cfg.provenance.keep_below["imported"]
+    assert kept == {t for t in imported if group_hash(cfg, "imported", t) < bound}
