@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action
+from formats.episode import Episode, Step, as_text, canonical_action, need, ours_of
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "adp"
@@ -43,15 +43,6 @@ BROWSER = {
 }
 
 
-class RecordError(ValueError):
-    pass
-
-
-def _need(cond: bool, message: str) -> None:
-    if not cond:
-        raise RecordError(message)
-
-
 def _unquote(value: Any) -> Any:
     if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
         try:
@@ -65,9 +56,9 @@ def _action(item: dict, where: str, web: bool) -> Action:
     kind = item["class_"]
     if kind == "api_action":
         fn = item.get("function")
-        _need(isinstance(fn, str) and fn != "", f"{where}.function: missing")
+        need(isinstance(fn, str) and fn != "", f"{where}.function: missing")
         kwargs = item.get("kwargs", {})
-        _need(isinstance(kwargs, dict), f"{where}.kwargs: not an object")
+        need(isinstance(kwargs, dict), f"{where}.kwargs: not an object")
         kwargs = {k: _unquote(v) for k, v in kwargs.items()}
         if web and fn in BROWSER and set(kwargs) <= set(BROWSER[fn][1]):
             kind_, names = BROWSER[fn]
@@ -76,7 +67,7 @@ def _action(item: dict, where: str, web: bool) -> Action:
         return canonical_action(fn, kwargs)
     if kind == "code_action":
         code = item.get("content")
-        _need(isinstance(code, str), f"{where}.content: missing or not a string")
+        need(isinstance(code, str), f"{where}.content: missing or not a string")
         language = item.get("language") or ""
         if language in ("bash", "shell", "sh"):
             return Action.make("run", raw=code, command=code, timeout=30.0)
@@ -99,11 +90,11 @@ def _observation(item: dict) -> tuple[str, bool]:
 
 
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
-    _need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
+    need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
     content = record.get("content")
-    _need(isinstance(content, list), "content: missing or not a list")
+    need(isinstance(content, list), "content: missing or not a list")
     rid = record.get("id")
-    _need(isinstance(rid, str | int) and not isinstance(rid, bool) and rid != "", "id: missing or not a string (ADP requires it)")
+    need(isinstance(rid, str | int) and not isinstance(rid, bool) and rid != "", "id: missing or not a string (ADP requires it)")
     details = record.get("details") if isinstance(record.get("details"), dict) else {}
     ours = details.get("trajforge") if isinstance(details.get("trajforge"), dict) else {}
     web = any(isinstance(c, dict) and c.get("class_") == "web_observation" for c in content)
@@ -114,9 +105,9 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     seen: list[str] = []
     for i, item in enumerate(content):
         where = f"content[{i}]"
-        _need(isinstance(item, dict), f"{where}: not an object")
+        need(isinstance(item, dict), f"{where}: not an object")
         cls = item.get("class_")
-        _need(cls in ACTIONS + OBSERVATIONS, f"{where}.class_: {cls!r} is not an ADP action or observation")
+        need(cls in ACTIONS + OBSERVATIONS, f"{where}.class_: {cls!r} is not an ADP action or observation")
         if cls in ACTIONS:
             if action is not None:
                 steps.append(Step(action, "\n".join(seen)))
@@ -191,20 +182,5 @@ def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
     return {
         "id": first.trajectory_id,
         "content": content,
-        "details": {
-            "trajforge": {
-                "domain": first.domain,
-                "task_id": first.task_id,
-                "instruction": first.instruction,
-                "agent": prov.agent or prov.policy,
-                "executed": prov.executed,
-                "origin": prov.origin,
-                "source": prov.source,
-                "license": prov.license,
-                "actions": [json.loads(t.action.canonical) for t in trajectory],
-                "rewards": [t.reward for t in trajectory],
-                "errors": [t.action_error for t in trajectory],
-            },
-            **({"model_name": prov.model} if prov.model else {}),
-        },
+        "details": {"trajforge": ours_of(trajectory), **({"model_name": prov.model} if prov.model else {})},
     }

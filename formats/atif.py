@@ -21,29 +21,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, text_action
+from formats.episode import Episode, Step, as_text, canonical_action, need, ours_of, text_action
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "atif"
 VERSION = "ATIF-v1.5"
 
 
-class RecordError(ValueError):
-    """A record that does not follow the format: the message names the field."""
-
-
-def _need(cond: bool, message: str) -> None:
-    if not cond:
-        raise RecordError(message)
-
-
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
-    _need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
+    need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
     steps = record.get("steps")
-    _need(isinstance(steps, list), "steps: missing or not a list")
-    _need(isinstance(record.get("schema_version", ""), str), "schema_version: not a string")
+    need(isinstance(steps, list), "steps: missing or not a list")
+    need(isinstance(record.get("schema_version", ""), str), "schema_version: not a string")
     session = record.get("session_id")
-    _need(isinstance(session, str) and session != "", "session_id: missing or not a string (the spec requires it)")
+    need(isinstance(session, str) and session != "", "session_id: missing or not a string (the spec requires it)")
     agent = record.get("agent") if isinstance(record.get("agent"), dict) else {}
     agent_name = "/".join(str(agent[k]) for k in ("name", "version") if agent.get(k)) or None
     model = agent.get("model_name") if isinstance(agent.get("model_name"), str) else None
@@ -52,14 +43,14 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     pending: list[dict[str, str]] = []
     for index, step in enumerate(steps):
         where = f"steps[{index}]"
-        _need(isinstance(step, dict), f"{where}: not an object")
+        need(isinstance(step, dict), f"{where}: not an object")
         sid = step.get("step_id")
-        _need(
+        need(
             (isinstance(sid, int) and not isinstance(sid, bool)) or (isinstance(sid, str) and sid.strip().isdigit()),
             f"{where}.step_id: {sid!r} is not an integer",
         )
         source = step.get("source")
-        _need(source in ("system", "user", "agent"), f"{where}.source: {source!r} is not system, user or agent")
+        need(source in ("system", "user", "agent"), f"{where}.source: {source!r} is not system, user or agent")
         message = as_text(step.get("message"))
         if source != "agent":
             if not out and source == "user":
@@ -90,15 +81,15 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
 
 def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterator[Step]:
     calls = step.get("tool_calls") or []
-    _need(isinstance(calls, list), f"{where}.tool_calls: not a list")
+    need(isinstance(calls, list), f"{where}.tool_calls: not a list")
     observation = step.get("observation") or {}
-    _need(isinstance(observation, dict), f"{where}.observation: not an object")
+    need(isinstance(observation, dict), f"{where}.observation: not an object")
     results = observation.get("results") or []
-    _need(isinstance(results, list), f"{where}.observation.results: not a list")
+    need(isinstance(results, list), f"{where}.observation.results: not a list")
     by_call: dict[str, list[str]] = {}
     loose: list[str] = []
     for j, r in enumerate(results):
-        _need(isinstance(r, dict), f"{where}.observation.results[{j}]: not an object")
+        need(isinstance(r, dict), f"{where}.observation.results[{j}]: not an object")
         text = as_text(r.get("content"))
         refs = r.get("subagent_trajectory_ref") or []
         if isinstance(refs, list):
@@ -118,10 +109,10 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
             yield Step(action, "\n".join(texts), ours.get("error"), _reward(ours), extra)
         return
     for j, call in enumerate(calls):
-        _need(isinstance(call, dict), f"{where}.tool_calls[{j}]: not an object")
+        need(isinstance(call, dict), f"{where}.tool_calls[{j}]: not an object")
         name, call_id = call.get("function_name"), call.get("tool_call_id")
-        _need(isinstance(name, str) and name != "", f"{where}.tool_calls[{j}].function_name: missing")
-        _need(isinstance(call_id, str), f"{where}.tool_calls[{j}].tool_call_id: missing")
+        need(isinstance(name, str) and name != "", f"{where}.tool_calls[{j}].function_name: missing")
+        need(isinstance(call_id, str), f"{where}.tool_calls[{j}].tool_call_id: missing")
         args = call.get("arguments", {})
         args = _json_args(args, f"{where}.tool_calls[{j}].arguments")
         texts = by_call.get(call_id, [])
@@ -141,7 +132,7 @@ def _json_args(args: Any, where: str) -> Any:
             return json.loads(args)
         except ValueError:
             return {"input": args}
-    _need(isinstance(args, dict), f"{where}: not an object")
+    need(isinstance(args, dict), f"{where}: not an object")
     return args
 
 
@@ -194,17 +185,7 @@ def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
         "agent": agent,
         "steps": steps,
         "final_metrics": {"total_steps": len(steps)},
-        "extra": {
-            "trajforge": {
-                "domain": first.domain,
-                "task_id": first.task_id,
-                "instruction": first.instruction,
-                "origin": prov.origin,
-                "executed": prov.executed,
-                "source": prov.source,
-                "license": prov.license,
-            }
-        },
+        "extra": {"trajforge": ours_of(trajectory)},
     }
 
 

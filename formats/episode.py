@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +30,36 @@ EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "
 KEYSTROKE_TOOLS = frozenset({"bash_command", "send_keys", "keystrokes"})
 #: Tools that end the episode -> ``finish``.
 FINISH_TOOLS = frozenset({"submit", "finish", "mark_task_complete", "task_complete"})
+
+
+class RecordError(ValueError):
+    """A record that does not follow its format: the message names the field."""
+
+
+def need(cond: bool, message: str) -> None:
+    """Refuse a record (``RecordError``) unless ``cond``."""
+    if not cond:
+        raise RecordError(message)
+
+
+def ours_of(trajectory: Sequence[Transition]) -> dict[str, Any]:
+    """What an export keeps, in its format's extension field, for a round trip to read back:
+    the record's identity and provenance, and each step's exact action, reward and error."""
+    first, prov = trajectory[0], trajectory[0].provenance
+    return {
+        "trajectory_id": first.trajectory_id,
+        "domain": first.domain,
+        "task_id": first.task_id,
+        "instruction": first.instruction,
+        "agent": prov.agent or prov.policy,
+        "executed": prov.executed,
+        "origin": prov.origin,
+        "source": prov.source,
+        "license": prov.license,
+        "actions": [json.loads(t.action.canonical) for t in trajectory],
+        "rewards": [t.reward for t in trajectory],
+        "errors": [t.action_error for t in trajectory],
+    }
 
 
 @dataclass(frozen=True)

@@ -23,34 +23,25 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, record_id_of, text_action
+from formats.episode import Episode, RecordError, Step, as_text, canonical_action, need, ours_of, record_id_of, text_action
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "openai-messages"
 ONE_FILE_PER_TRAJECTORY = False
 
 
-class RecordError(ValueError):
-    pass
-
-
-def _need(cond: bool, message: str) -> None:
-    if not cond:
-        raise RecordError(message)
-
-
 def _messages(record: Any) -> tuple[list, dict]:
     if isinstance(record, list):
         return record, {}
-    _need(isinstance(record, dict), f"expected a JSON object or list, got {type(record).__name__}")
+    need(isinstance(record, dict), f"expected a JSON object or list, got {type(record).__name__}")
     for key in ("messages", "traj", "conversations", "conversation"):
         if key in record:
-            _need(isinstance(record[key], list), f"{key}: not a list")
+            need(isinstance(record[key], list), f"{key}: not a list")
             return record[key], record
     gen = record.get("answer_generation")
     if isinstance(gen, dict) and isinstance(gen.get("train_messages"), list):
         runs = [m for m in gen["train_messages"] if isinstance(m, list)]
-        _need(bool(runs), "answer_generation.train_messages: no message list")
+        need(bool(runs), "answer_generation.train_messages: no message list")
         return max(runs, key=len), record
     raise RecordError("no messages (messages, traj, conversations or answer_generation.train_messages)")
 
@@ -100,9 +91,9 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
 
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
-        _need(isinstance(m, dict), f"{where}: not an object")
+        need(isinstance(m, dict), f"{where}: not an object")
         role = m.get("role", m.get("from"))
-        _need(isinstance(role, str), f"{where}.role: missing")
+        need(isinstance(role, str), f"{where}.role: missing")
         content = as_text(m.get("content", m.get("value")))
         if role in ("assistant", "gpt"):
             close()
@@ -112,17 +103,17 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
             if isinstance(legacy, str):
                 legacy = _args(legacy)
             if calls:
-                _need(isinstance(calls, list), f"{where}.tool_calls: not a list")
+                need(isinstance(calls, list), f"{where}.tool_calls: not a list")
                 for j, c in enumerate(calls):
                     fn = c.get("function") if isinstance(c, dict) else None
-                    _need(
+                    need(
                         isinstance(fn, dict) and isinstance(fn.get("name"), str),
                         f"{where}.tool_calls[{j}].function.name: missing",
                     )
                     call_id = c.get("id") if isinstance(c.get("id"), str) else None
                     open_calls.append((call_id, canonical_action(fn["name"], _args(fn.get("arguments")))))
             elif isinstance(legacy, dict):
-                _need(isinstance(legacy.get("name"), str), f"{where}.function_call.name: missing")
+                need(isinstance(legacy.get("name"), str), f"{where}.function_call.name: missing")
                 open_calls.append((None, canonical_action(legacy["name"], _args(legacy.get("arguments")))))
             elif content and content != "None":
                 said = text_action(content)
@@ -188,18 +179,5 @@ def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
         "messages": messages,
         **({"reward": last_reward} if last_reward is not None else {}),
         **({"model": prov.model} if prov.model else {}),
-        "metadata": {
-            "trajforge": {
-                "trajectory_id": first.trajectory_id,
-                "domain": first.domain,
-                "task_id": first.task_id,
-                "instruction": first.instruction,
-                "agent": prov.agent or prov.policy,
-                "executed": prov.executed,
-                "origin": prov.origin,
-                "source": prov.source,
-                "license": prov.license,
-                "actions": [json.loads(t.action.canonical) for t in trajectory],
-            }
-        },
+        "metadata": {"trajforge": ours_of(trajectory)},
     }

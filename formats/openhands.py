@@ -17,26 +17,17 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, record_id_of
+from formats.episode import Episode, RecordError, Step, as_text, canonical_action, need, record_id_of
 from schemas.transition import Action
 
 NAME = "openhands"
 _NOISE = {"thought", "impl_source", "translated_ipython_code", "confirmation_state", "security_risk", "hidden", "blocking"}
 
 
-class RecordError(ValueError):
-    pass
-
-
-def _need(cond: bool, message: str) -> None:
-    if not cond:
-        raise RecordError(message)
-
-
 def _events(record: Any) -> tuple[list, dict]:
     if isinstance(record, list):
         return record, {}
-    _need(isinstance(record, dict), f"expected a list of events or an object, got {type(record).__name__}")
+    need(isinstance(record, dict), f"expected a list of events or an object, got {type(record).__name__}")
     for key in ("history", "events", "trajectory"):
         if isinstance(record.get(key), list):
             return record[key], record
@@ -69,7 +60,7 @@ def _action(event: dict, where: str) -> Action:
         return found
     kind = event["action"]
     args = event.get("args", {})
-    _need(isinstance(args, dict), f"{where}.args: not an object")
+    need(isinstance(args, dict), f"{where}.args: not an object")
     if kind == "run" and isinstance(args.get("command"), str):
         return Action.make("run", raw=args["command"], command=args["command"], timeout=30.0)
     if (
@@ -96,7 +87,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     events, meta = _events(record)
     by_cause: dict[Any, list[str]] = {}
     for i, e in enumerate(events):
-        _need(isinstance(e, dict), f"events[{i}]: not an object")
+        need(isinstance(e, dict), f"events[{i}]: not an object")
         if "observation" in e and "cause" in e:
             by_cause.setdefault(str(e["cause"]), []).append(as_text(e.get("content")))
     instruction: str | None = None
@@ -107,13 +98,13 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         if "action" not in e:
             continue
         kind = e.get("action")
-        _need(isinstance(kind, str), f"{where}.action: not a string")
+        need(isinstance(kind, str), f"{where}.action: not a string")
         if e.get("source") == "user":
             if kind == "message" and instruction is None:
                 args = e.get("args") if isinstance(e.get("args"), dict) else {}
                 instruction = as_text(args.get("content", e.get("message")))
             continue
-        _need("id" in e, f"{where}.id: missing")
+        need("id" in e, f"{where}.id: missing")
         answers = by_cause.get(str(e["id"]))
         response = (
             (e.get("tool_call_metadata") or {}).get("model_response") if isinstance(e.get("tool_call_metadata"), dict) else None

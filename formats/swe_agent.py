@@ -17,20 +17,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, record_id_of
+from formats.episode import Episode, Step, as_text, need, record_id_of
 from schemas.transition import Action
 
 NAME = "swe-agent"
 _BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
-
-
-class RecordError(ValueError):
-    pass
-
-
-def _need(cond: bool, message: str) -> None:
-    if not cond:
-        raise RecordError(message)
 
 
 def action_of(command: str) -> Action:
@@ -41,14 +32,14 @@ def action_of(command: str) -> Action:
 
 
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
-    _need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
+    need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
     info = record.get("info") if isinstance(record.get("info"), dict) else {}
     record_id = _first_str(record, "instance_id", "id") or name or record_id_of(record)
     history = record.get("history")
     steps_in = record.get("trajectory")
-    _need(steps_in is None or isinstance(steps_in, list), "trajectory: not a list")
-    _need(history is None or isinstance(history, list), "history: not a list")
-    _need(steps_in is not None or history is not None, "neither trajectory nor history")
+    need(steps_in is None or isinstance(steps_in, list), "trajectory: not a list")
+    need(history is None or isinstance(history, list), "history: not a list")
+    need(steps_in is not None or history is not None, "neither trajectory nor history")
     messages = steps_in if steps_in and all(isinstance(m, dict) and "role" in m for m in steps_in) else history or []
     instruction = _instruction(messages)
     steps = list(_from_steps(steps_in)) if steps_in and messages is not steps_in else list(_from_messages(messages))
@@ -94,9 +85,9 @@ def _instruction(messages: list) -> str | None:
 
 def _from_steps(steps: list) -> Iterator[Step]:
     for i, s in enumerate(steps):
-        _need(isinstance(s, dict), f"trajectory[{i}]: not an object")
+        need(isinstance(s, dict), f"trajectory[{i}]: not an object")
         action = s.get("action")
-        _need(isinstance(action, str), f"trajectory[{i}].action: missing or not a string")
+        need(isinstance(action, str), f"trajectory[{i}].action: missing or not a string")
         if not action.strip():
             continue
         state = s.get("state")
@@ -109,7 +100,7 @@ def _from_messages(messages: list) -> Iterator[Step]:
     pending: Action | None = None
     seen: list[str] = []
     for i, m in enumerate(messages):
-        _need(isinstance(m, dict), f"history[{i}]: not an object")
+        need(isinstance(m, dict), f"history[{i}]: not an object")
         if _demo(m):
             continue
         role = m.get("role")
