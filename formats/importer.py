@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from formats import format_module
-from formats.episode import Origin, to_transitions
+from formats.episode import Origin, RecordError, to_transitions
 from pipelines.store.reader import Store
 from pipelines.store.repair import repair
 from pipelines.store.shards import read_column
@@ -99,8 +99,8 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
-                except ValueError as exc:
+                    value = _text_safe(json.loads(line), line)
+                except (ValueError, RecursionError) as exc:
                     yield Problem(name, f"line {n}", f"not JSON ({_short(exc)})")
                     continue
                 yield Record(name, f"line {n}", value, _digest(line.strip()))
@@ -109,8 +109,8 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
         else:
             data = f.read()
             try:
-                value = json.loads(data)
-            except ValueError as exc:
+                value = _text_safe(json.loads(data), data)
+            except (ValueError, RecursionError) as exc:
                 yield Problem(name, "record", f"not JSON ({_short(exc)})")
                 return
             yield Record(name, "record", value, _digest(data))
@@ -121,28 +121,63 @@ def _many_lines(head: bytes) -> bool:
     first = head.split(b"\n", 1)[0]
     try:
         json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return b"\n" in head and head.split(b"\n", 1)[1].strip()[:1] == b"{"
 
 
 def _array_items(f, name: str, whole_array: Callable[[Any], bool] | None) -> Iterator[Record | Problem]:
+    """A JSON array's items, streamed by ijson's C parser; where that parser cannot decode
+    a string (a lone surrogate escape such as ``\\udfff``), the rest of the file is read
+    again by ijson's Python parser, which decodes it as Python does."""
     import ijson
 
-    n, whole = -1, None
-    try:
-        for n, value in enumerate(ijson.items(f, "item", use_float=True)):
-            if n == 0 and whole_array is not None and whole_array(value):
-                whole = [value]
-            elif whole is not None:
-                whole.append(value)
-            else:
-                yield Record(name, f"item {n}", value, _digest(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()))
-    except (ijson.JSONError, ValueError) as exc:  # a truncated or broken array: the items before it stand
-        yield Problem(name, "record" if whole is not None else f"item {n + 1}", f"not JSON ({_short(exc)})")
+    done, whole = 0, None  # items already handed out (a list of records), or gathered (one record)
+    for backend in (ijson, ijson.get_backend("python")):
+        f.seek(0)
+        n = -1
+        whole = None
+        try:
+            for n, value in enumerate(backend.items(f, "item", use_float=True)):
+                value = _text_safe(value)
+                if n == 0 and whole_array is not None and whole_array(value):
+                    whole = [value]
+                elif whole is not None:
+                    whole.append(value)
+                elif n >= done:
+                    done = n + 1
+                    yield Record(
+                        name, f"item {n}", value, _digest(json.dumps(value, sort_keys=True, ensure_ascii=False).encode())
+                    )
+        except UnicodeDecodeError:
+            continue  # the C parser's strings: read on with the Python parser
+        except (ijson.JSONError, ValueError, RecursionError) as exc:  # a truncated or broken array: the items before it stand
+            yield Problem(name, "record" if whole is not None else f"item {n + 1}", f"not JSON ({_short(exc)})")
+            return
+        break
+    else:  # neither parser could decode it
+        yield Problem(name, "record" if whole is not None else f"item {done}", "not JSON (undecodable text)")
         return
     if whole is not None:
         yield Record(name, "record", whole, _digest(json.dumps(whole, sort_keys=True, ensure_ascii=False).encode()))
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+
+
+def _text_safe(value: Any, raw: bytes | None = None) -> Any:
+    """A parsed record with every lone surrogate (JSON's ``\\ud800`` escapes, which no
+    UTF-8 text can hold) replaced by U+FFFD; a record whose raw bytes have no such escape
+    is returned as it is, unwalked."""
+    if raw is not None and not _SURROGATE_ESCAPE.search(raw):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if not value.isascii() else value
+    if isinstance(value, list):
+        return [_text_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {_text_safe(k): _text_safe(v) for k, v in value.items()}
+    return value
 
 
 def _digest(data: bytes) -> str:
@@ -208,8 +243,15 @@ def import_files(
                         )
                         for k, ep in enumerate(module.episodes(item.value, path.stem))
                     ]
-                except (ValueError, TypeError, KeyError, SchemaError) as exc:
+                except (RecordError, SchemaError) as exc:  # the record breaks its format's rules
                     _fail(summary, Problem(item.file, item.where, _short(exc)), strict)
+                    continue
+                except Exception as exc:  # a shape no rule foresaw: still this record's fault, never the import's
+                    _fail(
+                        summary,
+                        Problem(item.file, item.where, f"unreadable record ({type(exc).__name__}: {_short(exc)})"),
+                        strict,
+                    )
                     continue
                 if not any(trajectories):
                     summary.empty += 1

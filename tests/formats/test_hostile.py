@@ -1,0 +1,79 @@
+"""Hostile input never escapes a record: deep nesting, wrong types anywhere in a real
+record, odd bytes. Every mutated record is either imported or skipped with its reason;
+the import itself never fails and never prints a traceback."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from formats.importer import import_files
+
+FIXTURES = {
+    "atif": "atif/hello-world.trajectory.json",
+    "swe-agent": "swe-agent/function_calling_simple.traj",
+    "openhands": "openhands/basic.json",
+    "openai-messages": "messages_tools/gpt-4o-airline.subset.json",
+    "adp": "adp/go-browse-wa/sample_std.json",
+}
+ODD = [None, 0, -1, 1.5, True, "", "x" * 3, "\x00\ud800", [], {}, [[]], {"a": {}}, [1, "2", None]]
+
+
+def _paths(value, path=()):
+    yield path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value[:4]):
+            yield from _paths(v, (*path, i))
+
+
+def _mutate(record, path, new):
+    if not path:
+        return new
+    copy = json.loads(json.dumps(record))
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = new
+    return copy
+
+
+@pytest.mark.parametrize("fmt", sorted(FIXTURES))
+def test_mutated_records_are_imported_or_skipped_never_raised(fmt, agent_data, tmp_path):
+    data = json.loads((agent_data / FIXTURES[fmt]).read_text())
+    record = data[0] if isinstance(data, list) and fmt in ("openai-messages", "adp") else data
+    rng = random.Random(7)
+    paths = list(_paths(record))
+    lines = []
+    for _ in range(300):
+        lines.append(json.dumps(_mutate(record, rng.choice(paths), rng.choice(ODD)), ensure_ascii=True))
+    lines.append("[" * 100_000 + "]" * 100_000)  # nesting past Python's recursion limit
+    lines.append('{"a": ' * 50_000 + "1" + "}" * 50_000)
+    (tmp_path / "mutated.jsonl").write_text("\n".join(lines) + "\n")
+    s = import_files(fmt, [tmp_path / "mutated.jsonl"], tmp_path / "st", source="fuzz")
+    assert s.records + s.malformed >= len(lines) and s.trajectories + s.empty + s.malformed + s.already_imported >= len(lines) - 2
+    assert s.trajectories > 0 and s.malformed > 0
+    assert all(p.where.startswith("line ") and p.reason for p in s.problems)
+
+
+def test_lone_surrogates_become_replacement_characters_in_every_reader(agent_data, tmp_path):
+    record = json.loads((agent_data / "atif" / "hello-world.trajectory.json").read_text())
+    record["steps"][1]["message"] = "bad \ud800 half"
+    text = json.dumps(record)  # ensure_ascii: the surrogate travels as the escape \\ud800
+    (tmp_path / "one.json").write_text(text)
+    (tmp_path / "many.json").write_text("[" + text + "]")
+    (tmp_path / "lines.jsonl").write_text(text + "\n")
+    events = json.loads((agent_data / "openhands" / "basic.json").read_text())
+    events[0]["args"]["content"] = "odd \udfff"
+    (tmp_path / "events.json").write_text(json.dumps(events))
+    for fmt, name in [("atif", "one.json"), ("atif", "many.json"), ("atif", "lines.jsonl"), ("openhands", "events.json")]:
+        s = import_files(fmt, [tmp_path / name], tmp_path / f"st-{name}", source="odd")
+        assert (s.trajectories, s.malformed) == (1, 0), (name, s.problems)
+    from pipelines.query import run_query
+
+    got = run_query("SELECT DISTINCT instruction FROM transitions", str(tmp_path / "st-one.json")).to_pylist()
+    assert got == [{"instruction": "bad \ufffd half"}]
