@@ -30,10 +30,23 @@ def _table(classes: dict[bytes, str]) -> bytes:
 
 
 _HEX = _table({b"0123456789abcdef": "x"})
-_DURATION = _table({b"0123456789": "0", b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f": " ", b"ms": "m"})
+_WORD = bytes(c for c in range(256) if chr(c).isalnum() or c == ord("_"))
+# durations: digits as 0, blanks as a space, the unit letters kept, other word characters w
+_DURATION = _table(
+    {
+        b"0123456789": "0",
+        b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f": " ",
+        **{bytes([c]): chr(c) for c in b"msecond),"},
+        bytes(c for c in _WORD if chr(c) not in "0123456789msecond"): "w",
+    }
+)
+# a literal-led scan of the translated text (fast): a number, an optional blank, a unit, then
+# what the pattern allows after it (a blank, ')', ',' or the end); never false where it matches
+_DURATION_CORE = re.compile(rb"0 ?(?:ms|s|sec|seconds)(?:[ ),]|$)")
 _UUID_CORE = re.compile(r"-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-", re.I)
 _DATE_CORE = re.compile(r"-\d\d-\d\d[T ]\d\d:")
 _CLOCK = re.compile(r":\d\d")
+_PID_CORE = re.compile(r"(?:pid[ =:]+|process )\d")  # on the lowered text
 
 
 def _candidates(text: str) -> list[bool]:
@@ -52,8 +65,8 @@ def _candidates(text: str) -> list[bool]:
         clock,
         not ascii_text or b"x" * 40 in data.translate(_HEX),
         "/tmp/" in text,
-        not ascii_text or any(c in data.translate(_DURATION) for c in (b"0m", b"0 m")),
-        not ascii_text or "pid" in lower or "process " in lower,
+        not ascii_text or _DURATION_CORE.search(data.translate(_DURATION)) is not None,
+        not ascii_text or (("pid" in lower or "process " in lower) and _PID_CORE.search(lower) is not None),
     ]
 
 

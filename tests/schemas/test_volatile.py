@@ -32,6 +32,17 @@ PIECES = [
     "x" * 3,
     "é",
     "\n",
+    "in 5 seconds\n",
+    "7 sec,",
+    "ran 9s",
+    "12 ms)",
+    "3 minutes ",
+    "x9s ",
+    "5 S ",
+    "10\ts ",
+    "PID:: 77 ",
+    "Process 555 ",
+    "process\t99 ",
 ]
 
 
