@@ -86,14 +86,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"### Import throughput ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, one process)")
     print()
     print(
-        "| format | transitions | file MiB | wall s | CPU s | transitions/s (wall, 1 core) | per CPU second | MiB/s | peak RSS MiB |"
+        "| format | transitions | file MiB | wall s | CPU s | transitions/s (wall, 1 core) | per CPU s | MiB/s | peak RSS MiB |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for fmt, _size, n, nbytes, wall, cpu, rss in rows:
         mib = nbytes / 2**20
-        print(
-            f"| {fmt} | {n:,} | {mib:,.0f} | {wall:.1f} | {cpu:.1f} | {n / wall:,.0f} | {n / cpu:,.0f} | {mib / wall:,.0f} | {rss / 1024:,.0f} |"
-        )
+        rates = f"{n / wall:,.0f} | {n / cpu:,.0f} | {mib / wall:,.0f}"
+        print(f"| {fmt} | {n:,} | {mib:,.0f} | {wall:.1f} | {cpu:.1f} | {rates} | {rss / 1024:,.0f} |")
     if exports:
         print()
         print("| export | transitions | wall s | CPU s | transitions/s (wall) | peak RSS MiB |")
