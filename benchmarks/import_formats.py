@@ -24,7 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("TRAJFORGE_AGENT_DATA", ROOT.parent / "shared" / "fixtures" / "agent-data"))
+sys.path.insert(0, str(ROOT))
+from tests.formats.conftest import agent_data_dir  # noqa: E402  (the one place that finds the fixtures)
+
+DATA = agent_data_dir()
 SOURCES = {  # format -> (fixture, transitions per record, how to give a record a fresh id)
     "atif": ("atif/hello-world-invalid-json.trajectory.json", 4, lambda r, i: r | {"session_id": f"bench-{i}"}),
     "swe-agent": ("swe-agent/pydicom__pydicom-1458.traj", 12, lambda r, i: r | {"instance_id": f"bench-{i}"}),
