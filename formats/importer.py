@@ -26,7 +26,6 @@ from typing import Any
 from formats import format_module
 from formats.episode import Origin, RecordError, to_transitions
 from pipelines.store.reader import Store
-from pipelines.store.repair import repair
 from pipelines.store.shards import read_column
 from pipelines.store.writer import ShardWriter
 from schemas.errors import ConfigError, SchemaError
@@ -196,8 +195,10 @@ def run_id_for(source: str) -> str:
 def existing_trajectories(store: Store, run_id: str) -> set[str]:
     """The trajectory ids already in a run (every domain): what a re-import skips. A killed
     import's unfinished shard is recovered first (its whole batches), as its writer would."""
-    if store.exists() and any(run.run_id == run_id for run in store.runs()):
-        repair(store.sfs, run_prefix=run_id)
+    if store.exists():
+        for run in store.runs():
+            if run.run_id == run_id:
+                ShardWriter(store, run.domain, run_id).close()  # opening a run repairs it, under its lock
     found: set[str] = set()
     for shard in store.shards():
         if shard.run.run_id == run_id:
