@@ -130,7 +130,7 @@ def test_a_device_killed_mid_episode_is_a_typed_error_and_the_runner_retries(adb
 
     def kill_once() -> None:  # the first attempt's device dies once its episode is under way
         while not killed:
-            env = runner._ENVS.get(("android", "default"))
+            env = next((e for key, e in list(runner._ENVS.items()) if key[:2] == ("android", "default")), None)
             if env is not None and env.observation is not None and env.sim is not None:
                 env.sim.kill()
                 killed.append(env.sim.serial)
