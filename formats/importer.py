@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from formats import format_module
 from formats.episode import Origin, RecordError, to_transitions
 from pipelines.store.reader import Store
@@ -95,20 +97,21 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
         f.seek(0)
         if path.suffix in (".jsonl", ".ndjson") or (head[:1] == b"{" and _many_lines(head)):
             for n, line in enumerate(f, 1):
-                if not line.strip():
+                line = line.strip()
+                if not line:
                     continue
                 try:
-                    value = _text_safe(json.loads(line), line)
+                    value = _parse(line)
                 except (ValueError, RecursionError) as exc:
                     yield Problem(name, f"line {n}", f"not JSON ({_short(exc)})")
                     continue
-                yield Record(name, f"line {n}", value, _digest(line.strip()))
+                yield Record(name, f"line {n}", value, _digest(line))
         elif head[:1] == b"[":
             yield from _array_items(f, name, whole_array)
         else:
             data = f.read()
             try:
-                value = _text_safe(json.loads(data), data)
+                value = _parse(data)
             except (ValueError, RecursionError) as exc:
                 yield Problem(name, "record", f"not JSON ({_short(exc)})")
                 return
@@ -161,6 +164,16 @@ def _array_items(f, name: str, whole_array: Callable[[Any], bool] | None) -> Ite
         yield Record(name, "record", whole, _digest(json.dumps(whole, sort_keys=True, ensure_ascii=False).encode()))
 
 
+def _parse(raw: bytes) -> Any:
+    """One JSON text: orjson where it can (several times faster on long strings), else
+    Python's parser, whose answer is the reference (lone surrogate escapes, NaN, integers
+    beyond 64 bits, which orjson refuses)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _text_safe(json.loads(raw), raw)
+
+
 _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
 
 
@@ -180,7 +193,9 @@ def _text_safe(value: Any, raw: bytes | None = None) -> Any:
 
 
 def _digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    """A record's bytes, digested (SHA-256: the processor's SHA instructions make it the
+    fastest of hashlib's on records of 100 KiB), 128 bits kept."""
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def _short(exc: BaseException) -> str:

@@ -179,8 +179,25 @@ def _row_columns(transitions: Sequence[Transition]) -> dict[str, pa.Array]:
         for name, values in zip(_SCALARS, _columns(transitions, _SCALARS), strict=True)
     }
     columns["action"] = _struct([t.action for t in transitions], ACTION_TYPE)
-    columns["provenance"] = _struct([t.provenance for t in transitions], PROVENANCE_TYPE_V2)
+    columns["provenance"] = _unique_struct([t.provenance for t in transitions], PROVENANCE_TYPE_V2)
     return columns
+
+
+def _unique_struct(objects: Sequence[Any], type_: pa.StructType) -> pa.StructArray:
+    """``_struct`` converting each distinct object once (a trajectory's transitions share
+    one Provenance), then taking it for every row."""
+    index: dict[int, int] = {}
+    unique: list[Any] = []
+    positions = []
+    for o in objects:
+        i = index.get(id(o))
+        if i is None:
+            i = index[id(o)] = len(unique)
+            unique.append(o)
+        positions.append(i)
+    if len(unique) == len(objects):
+        return _struct(objects, type_)
+    return _struct(unique, type_).take(pa.array(positions, pa.int32()))
 
 
 def to_record_batch(transitions: Sequence[Transition]) -> pa.RecordBatch:

@@ -218,15 +218,27 @@ def normalise_text(text: str) -> str:
     return text
 
 
+def _hashed_form(obs: Observation) -> bytes:
+    """An observation's normalised, volatile-masked text as hashed. The last one
+    hashed is kept: a trajectory's state is usually the very object that was the previous
+    step's next state, so its form is computed once."""
+    global _last_form
+    last, form = _last_form
+    if obs is last:
+        return form
+    form = normalise_text(mask_volatile(obs.text, obs.volatile_spans)).encode("utf-8", "surrogatepass")
+    _last_form = (obs, form)
+    return form
+
+
+_last_form: tuple[Observation | None, bytes] = (None, b"")
+
+
 def content_hash(state: Observation, action: Action, next_state: Observation) -> str:
     """blake2b-128 of the normalised, volatile-masked (state, action, next_state)."""
     h = hashlib.blake2b(digest_size=16)
-    for part in (
-        normalise_text(mask_volatile(state.text, state.volatile_spans)),
-        action.canonical,
-        normalise_text(mask_volatile(next_state.text, next_state.volatile_spans)),
-    ):
-        h.update(part.encode("utf-8", "surrogatepass"))
+    for part in (_hashed_form(state), action.canonical.encode("utf-8", "surrogatepass"), _hashed_form(next_state)):
+        h.update(part)
         h.update(b"\x00")
     return h.hexdigest()
 
