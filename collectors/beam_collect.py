@@ -5,9 +5,9 @@ The job's episodes not yet in the store are grouped into units (episodes of one 
 shards. So the same Dataflow, Flink or Spark cluster that curates also collects, with the
 project image as its SDK container; tests use Beam's local multi-process runner.
 
-A unit is committed whole and at most once. A worker runs the unit's episodes (as the local
-runner does: ``run_episode``, with retries), writes them as one run of the unit's own
-deterministic run id into a staging folder, then commits it: on a local or shared file
+A unit is committed whole and at most once. A worker runs the unit's episodes as the local
+runner does (``collectors.rollouts``: ``concurrency`` at once, with retries), writes them as
+one run of the unit's own deterministic run id into a staging folder, then commits it: on a local or shared file
 system by renaming the finished run folder into ``raw/<domain>/<run_id>`` (one atomic
 rename; a second attempt's rename finds the folder there and is dropped); on an object
 store by uploading the shards and then the manifest, which is what makes them visible,
@@ -30,7 +30,8 @@ from typing import Any
 from collectors.env import Task
 from collectors.jobrun import EpisodeSpec, JobRun, JobSummary
 from collectors.jobs import JobConfig
-from collectors.runner import ledger_entry, run_episode
+from collectors.rollouts import run_specs_blocking
+from collectors.runner import ledger_entry
 from pipelines.beam_options import beam_args_for, check_beam_options
 from pipelines.progress import watch
 from pipelines.store import Layout, Store, StoreWriter, publish_tree
@@ -84,7 +85,8 @@ def collect_unit(unit: Unit, store: Store | str, retries: int) -> dict[str, Any]
     job_id = unit.specs[0].job_id
     if committed(store, unit):
         return {"unit": unit.run_id, "status": "already committed"}
-    results = [run_episode(spec, retries) for spec in unit.specs]
+    job = JobConfig.model_validate(unit.specs[0].job).model_copy(update={"retries": retries})
+    results = run_specs_blocking(unit.specs, job)  # the unit's episodes, ``concurrency`` at once
     if sfs.local:  # staged beside the store: the commit is one rename on the same file system
         os.makedirs(layout.job_staging(job_id), exist_ok=True)
     stage = tempfile.mkdtemp(prefix=f"{unit.run_id}.", dir=layout.job_staging(job_id) if sfs.local else None)
@@ -94,7 +96,7 @@ def collect_unit(unit: Unit, store: Store | str, retries: int) -> dict[str, Any]
             with StoreWriter(stage, unit.run_id) as writer:
                 for r in done:
                     writer.writer(unit.domain).write_episode(r.transitions)
-        lines = "".join(json.dumps(ledger_entry(r)) + "\n" for r in results)
+        lines = "".join(json.dumps(ledger_entry(r, job)) + "\n" for r in results)
         ledger = layout.job_ledger(job_id, unit.run_id)
         sfs.makedirs(layout.job_ledger_dir(job_id))
         sfs.write_bytes_atomic(ledger, lines.encode())

@@ -86,6 +86,8 @@ def collect(
 
         summary = run_job(job, tasks, handle, progress=update, shard=(shard, num_shards), log=say)
     _report(summary)
+    if summary.interrupted:  # what finished is committed; the next run collects the rest
+        raise typer.Exit(130)
 
 
 def _report(summary) -> None:
@@ -94,7 +96,9 @@ def _report(summary) -> None:
     typer.echo(summary.line())
     for key, reason in summary.failures.items():
         typer.echo(f"failed {key}: {reason}", err=True)
-    typer.echo(json.dumps({"collected": summary.collected, "failed": summary.failed}), err=True)
+    typer.echo(
+        json.dumps({"collected": summary.collected, "failed": summary.failed, "stop_reasons": summary.stop_reasons}), err=True
+    )
 
 
 tasks_app = typer.Typer(no_args_is_help=True, help="Task suites: import the field's layouts as trajforge tasks.")

@@ -90,10 +90,26 @@ class JobSummary(Tally):
     retried: int = 0
     seconds: float = 0.0
     failures: dict[str, str] = field(default_factory=dict)
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_retries: int = 0
+    cost: float = 0.0
+    interrupted: bool = field(default=False, metadata=_LABEL)
 
     def count(self, entry: dict[str, Any]) -> None:
         """Count one ledger line (see ``collectors.runner.ledger_entry``)."""
         self.retried += entry["attempts"] > 1
+        reason = entry.get("stop_reason")
+        if reason:
+            self.stop_reasons[reason] = self.stop_reasons.get(reason, 0) + 1
+        llm = entry.get("llm") or {}
+        self.llm_calls += llm.get("calls", 0)
+        self.prompt_tokens += llm.get("prompt_tokens", 0)
+        self.completion_tokens += llm.get("completion_tokens", 0)
+        self.llm_retries += llm.get("retries", 0)
+        self.cost += llm.get("cost", 0.0)
         if entry["status"] == "done":
             self.collected += 1
             self.transitions += entry["steps"]
@@ -105,6 +121,13 @@ class JobSummary(Tally):
         return (
             f"job {self.job_id} run {self.run_id}: {self.collected} episodes collected ({self.transitions} transitions), "
             f"{self.already_done} already done, {self.failed} failed, {self.retried} retried, {self.seconds:.1f} s"
+            + (
+                f"; model: {self.llm_calls} calls, {self.prompt_tokens} prompt + {self.completion_tokens} completion "
+                f"tokens, {self.llm_retries} retries" + (f", cost {self.cost:.4f}" if self.cost else "")
+                if self.llm_calls
+                else ""
+            )
+            + ("; interrupted" if self.interrupted else "")
         )
 
 

@@ -10,6 +10,12 @@
     step_timeout_s: 30
     episode_timeout_s: 300
     workers: 2                      # processes; 0 runs inline
+    concurrency: 1                  # episodes in flight per worker (LLM policies: 32 or more)
+    max_starting: 4                 # sandboxes starting at once per worker (default: 2 per core)
+    domain_concurrency: {web: 8}    # per-domain caps on episodes in flight
+    start_timeout_s: 120            # one sandbox start, counted once it is admitted
+    shutdown_grace_s: 30            # after SIGINT/SIGTERM, for the episodes in flight
+    price: {prompt_per_mtok: 0.15, completion_per_mtok: 0.6}  # the model's price: the job's cost
     retries: 2                      # infrastructure failures per episode
     sandbox: {backend: local, memory_mb: 512}
     web: {allowed_origins: [], screenshot: false}  # web episodes only
@@ -64,6 +70,22 @@ class PolicySection(StrictConfig):
     api_key_env: str | None = None
     temperature: float | None = None
     max_steps: int | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    retries: int | None = Field(None, ge=0)  # model calls: tries after the first (429, 5xx, resets)
+    timeout_s: float | None = Field(None, gt=0)  # one model call
+    history: dict[str, Any] | None = None  # the view the model is sent: {view: all | last | tokens | summary, ...}
+    overlap_start: bool | None = None  # the first call while the sandbox starts (default: terminal)
+    max_connections: int | None = Field(None, ge=1)
+
+
+class PriceSection(StrictConfig):
+    """What the policy's model costs, per million tokens (any currency): the job's cost."""
+
+    prompt_per_mtok: float = Field(ge=0)
+    completion_per_mtok: float = Field(ge=0)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.prompt_per_mtok + completion_tokens * self.completion_per_mtok) / 1e6
 
 
 class SimSection(BaseModel):
@@ -124,6 +146,12 @@ class JobConfig(StrictConfig):
     step_timeout_s: float = Field(30.0, gt=0)
     episode_timeout_s: float = Field(600.0, gt=0)
     workers: int = Field(1, ge=0)
+    concurrency: int = Field(1, ge=1)  # episodes in flight per worker (coroutines on one event loop)
+    max_starting: int | None = Field(None, ge=1)  # sandboxes starting at once per worker (default: 2 per core)
+    domain_concurrency: dict[str, int] = Field(default_factory=dict)  # per-domain caps, e.g. {web: 8}
+    start_timeout_s: float = Field(120.0, gt=0)  # one start, counted once it is admitted
+    shutdown_grace_s: float = Field(30.0, ge=0)  # after SIGINT / SIGTERM, for episodes in flight
+    price: PriceSection | None = None
     retries: int = Field(2, ge=0)
     sandbox: SandboxSection = SandboxSection()
     backend: Literal["real", "sim"] = "real"
@@ -162,6 +190,15 @@ class JobConfig(StrictConfig):
         return job
 
     @model_validator(mode="after")
+    def _domain_caps(self) -> JobConfig:
+        for d, n in self.domain_concurrency.items():
+            if d not in DOMAINS:
+                raise ValueError(f"domain_concurrency: unknown domain {d!r} (expected one of {', '.join(DOMAINS)})")
+            if n < 1:
+                raise ValueError(f"domain_concurrency: {d}: must be at least 1, got {n}")
+        return self
+
+    @model_validator(mode="after")
     def _sim(self) -> JobConfig:
         if self.backend == "sim" and self.sim is None:
             raise ValueError("backend: sim needs a sim section naming the model (sim: {model: ...})")
@@ -186,6 +223,12 @@ class JobConfig(StrictConfig):
 
     def policy_options(self) -> dict[str, Any]:
         return self.policy.model_dump(exclude_none=True)
+
+    def starting_limit(self) -> int:
+        """Sandboxes starting at once in a worker: ``max_starting``, else two per core."""
+        from collectors.rollouts import default_starting_limit
+
+        return self.max_starting or default_starting_limit()
 
 
 def load_job(path: str | Path) -> tuple[JobConfig, list[Task]]:

@@ -108,9 +108,14 @@ class SandboxEnv(Environment, SandboxBacked):
         """An action's own timeout, capped by the job's step timeout (the sandbox's exec limit)."""
         return min(timeout, self.sandbox_config.exec_timeout_s)
 
-    def _listing(self) -> dict[str, tuple[int, int]]:
-        """/work's files (at most 5000): NUL-separated fields, so any byte in a name is only data."""
-        _code, out = self.sandbox.exec_bytes(f"find {WORKDIR} -type f -printf '%s\\0%T@\\0%P\\0' 2>/dev/null | head -z -n 15000")
+    #: /work's files (at most 5000): NUL-separated fields, so any byte in a name is only data
+    LISTING = f"find {WORKDIR} -type f -printf '%s\\0%T@\\0%P\\0' 2>/dev/null | head -z -n 15000"
+
+    def _listing(self, out: bytes | None = None) -> dict[str, tuple[int, int]]:
+        """/work's files, from ``out`` (what ``LISTING`` printed, in a shell step's own round
+        trip) or from an exec of its own."""
+        if out is None:
+            _code, out = self.sandbox.exec_bytes(self.LISTING)
         fields = out.split(b"\0")
         files = {}
         for size, mtime, path in zip(fields[0::3], fields[1::3], fields[2::3], strict=False):
@@ -120,8 +125,8 @@ class SandboxEnv(Environment, SandboxBacked):
                 continue
         return files
 
-    def _changes(self) -> dict[str, list[str]]:
-        before, after = self._files, self._listing()
+    def _changes(self, listing: bytes | None = None) -> dict[str, list[str]]:
+        before, after = self._files, self._listing(listing)
         self._files = after
         return {
             "added": sorted(set(after) - set(before)),
@@ -161,11 +166,19 @@ class TerminalEnv(SandboxEnv):
         return text + status, truncated
 
     def _observation(
-        self, output: str, exit_code: int | None, cwd: str | None, *, running: bool, note: str | None = None, **extra: Any
+        self,
+        output: str,
+        exit_code: int | None,
+        cwd: str | None,
+        *,
+        running: bool,
+        note: str | None = None,
+        listing: bytes | None = None,
+        **extra: Any,
     ):
         t0 = time.perf_counter()
         text, truncated = self._render(output, exit_code, cwd, running=running, note=note)
-        changes = self._changes()
+        changes = self._changes(listing)
         obs = Observation.make(
             text,
             "terminal",
@@ -189,16 +202,16 @@ class TerminalEnv(SandboxEnv):
                 self.sandbox.write_file(path, action.content)
             except OSError as exc:
                 raise ActionError(str(exc)) from None
-            shell = self.shell.observe()  # the write's status, and whether a program still runs in the shell
-            r = ShellResult(shell.output, None if shell.running else 0, self.cwd, 0.0, running=shell.running)
-        elif isinstance(action, RunCommand):
-            r = self.shell.run(action.command, timeout=self.step_timeout(action.timeout))
+            shell = self.shell.observe(also=self.LISTING)  # the write's status, and whether a program still runs
+            r = ShellResult(shell.output, None if shell.running else 0, self.cwd, 0.0, running=shell.running, also=shell.also)
+        elif isinstance(action, RunCommand):  # the file listing rides in the step's own round trip
+            r = self.shell.run(action.command, timeout=self.step_timeout(action.timeout), also=self.LISTING)
         elif isinstance(action, Interrupt):
-            r = self.shell.interrupt()
+            r = self.shell.interrupt(also=self.LISTING)
         else:
-            r = self.shell.send_keys(action.keys, enter=action.enter, literal=not action.special)
+            r = self.shell.send_keys(action.keys, enter=action.enter, literal=not action.special, also=self.LISTING)
         self.cwd = r.cwd or self.cwd
         action_ms = (time.perf_counter() - t0) * 1000
-        obs, observe_ms = self._observation(r.output, r.exit_code, self.cwd, running=r.running, note=r.note)
+        obs, observe_ms = self._observation(r.output, r.exit_code, self.cwd, running=r.running, note=r.note, listing=r.also)
         reward, terminated = None, False
         return obs, reward, terminated, {"action_ms": action_ms, "observe_ms": observe_ms}

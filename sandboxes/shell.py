@@ -44,6 +44,7 @@ from sandboxes.errors import SandboxDied, SandboxError
 _BARRIER = re.compile(rb"\x1b\]7717;\d+\x07")
 _HEADER = re.compile(rb"TF1 ([01]) ([01]) ([01]) ([01]) ([01]) (\d+) (\d+) (\d+) (\d+) (\d+)\n")
 _STATUS = re.compile(rb"(\d+) ([0-9a-f]+|-) (\d+)\n")
+_ALSO = b"\0TF-ALSO\0"  # where the output of a step's ``also`` command starts
 ROTATE_BYTES = 4 << 20  # a log bigger than this is emptied at the next idle step
 
 
@@ -88,6 +89,7 @@ class ShellResult:
     output_truncated: bool = False
     running: bool = False  # a command or foreground program still runs (the shell is not at its prompt)
     note: str | None = None  # why a command was not typed, or why the state is unknown
+    also: bytes | None = None  # the stdout of the step's ``also`` command, when it ran
 
 
 # The hooks, sourced by the rc file and again before every command, so that a shell whose
@@ -166,7 +168,9 @@ if [ "$MODE" = run ]; then
     size=$(stat -c %s "$D/log")
     if [ "$size" = "$OFF" ] && (( size > {rotate} )); then : > "$D/log"; OFF=0; rotated=1; fi
     line=". $D/arm; __tf_tok=$TOK; eval \"\$(< $D/cmd)\"; __tf_prompt"
-    cat > "$D/cmd" && printf '%s\n' "$TOK" > "$D/last" && tx C-u && tx -l -- "$line" && tx Enter && typed=1
+    # one tmux call for the three keys: each tmux process start costs milliseconds
+    cat > "$D/cmd" && printf '%s\n' "$TOK" > "$D/last" \
+      && tx C-u \; send-keys -t tf -l -- "$line" \; send-keys -t tf Enter && typed=1
   fi
   while [ "$up" = 1 ] && [ "$typed" = 1 ] && [ "$tok" != "$TOK" ]; do nap 250000 || break; state; done
   [ "$tok" = "$TOK" ] && done=1
@@ -214,6 +218,7 @@ printf 'TF1 %s %s %s %s %s %s %s %s %s %s\n' "$up" "$done" "$prompt" "$typed" "$
 tail -c +$(( OFF + 1 )) "$D/log" | head -c "$h"
 (( t > 0 )) && tail -c +$(( size - t + 1 )) "$D/log" | head -c "$t"
 cat "$D/status" 2>/dev/null
+{also}
 exit 0
 """
 
@@ -231,6 +236,7 @@ class _Frame:
     skipped: int
     exit_code: int | None
     cwd: str | None
+    also: bytes | None = None
 
 
 def _parse(raw: bytes) -> _Frame | None:
@@ -243,11 +249,14 @@ def _parse(raw: bytes) -> _Frame | None:
     if len(body) < h + t or off + h + t > size:
         return None
     head, tail, status = body[:h], body[h : h + t], body[h + t :]
+    also = None
+    if _ALSO in status:  # no status or path holds a NUL: the first mark is the one the script wrote
+        status, also = status.split(_ALSO, 1)
     code, cwd = None, None
     s = _STATUS.match(status)
     if s is not None:
         code, cwd = int(s.group(3)), status[s.end() :].decode(errors="backslashreplace")
-    return _Frame(up == 1, done == 1, prompt == 1, typed == 1, n, size, head, tail, size - off - h - t, code, cwd)
+    return _Frame(up == 1, done == 1, prompt == 1, typed == 1, n, size, head, tail, size - off - h - t, code, cwd, also)
 
 
 def _text(data: bytes) -> str:
@@ -287,9 +296,20 @@ class ShellSession:
 
     # -- the protocol ------------------------------------------------------------------------
     def _step(
-        self, mode: str, *, budget: float, settle: float = 0.0, stdin: bytes | None = None, keys: str = ":", tok: str = "-"
+        self,
+        mode: str,
+        *,
+        budget: float,
+        settle: float = 0.0,
+        stdin: bytes | None = None,
+        keys: str = ":",
+        tok: str = "-",
+        also: str | None = None,
     ) -> _Frame:
-        """Run the step script once; a frame that is not exactly right is never guessed at."""
+        """Run the step script once; a frame that is not exactly right is never guessed at.
+        ``also``: a command run at the end of the same exec (a listing of the files), whose
+        stdout is the frame's ``also``: one round trip for the step and what the caller reads
+        after it."""
         cap = self.sandbox.config.output_cap_bytes
         script = _STEP.format(
             d=shlex.quote(self.dir),
@@ -306,6 +326,7 @@ class ShellSession:
             keys=keys,
             tmux=self._tmux,
             arm=self._arm,
+            also=f"printf '\\0TF-ALSO\\0'; {{ {also}\n}} 2>/dev/null" if also else "",
         )
         code, raw = self.sandbox.exec_bytes(script, stdin=stdin, timeout=budget + 15)
         frame = _parse(raw) if code == 0 else None
@@ -357,10 +378,11 @@ class ShellSession:
             output_truncated=frame.skipped > 0,
             running=running,
             note=note,
+            also=frame.also,
         )
 
     # -- what callers use --------------------------------------------------------------------
-    def run(self, command: str, *, timeout: float | None = None) -> ShellResult:
+    def run(self, command: str, *, timeout: float | None = None, also: str | None = None) -> ShellResult:
         """Type ``command`` and wait until it finishes or ``timeout`` passes.
 
         When a program still runs in the foreground (an earlier command that timed out),
@@ -373,7 +395,7 @@ class ShellSession:
         start = time.monotonic()
         try:
             tok = secrets.token_hex(8)
-            frame = self._step("run", budget=timeout, stdin=command.encode(errors="surrogateescape"), tok=tok)
+            frame = self._step("run", budget=timeout, stdin=command.encode(errors="surrogateescape"), tok=tok, also=also)
         except _Unknown as exc:
             return _unknown(exc, start, timed_out=True)
         if frame.done:
@@ -381,7 +403,9 @@ class ShellSession:
         note = None if frame.typed else "a program still runs in the foreground; the command was not typed"
         return self._result(frame, start, running=True, timed_out=True, note=note)
 
-    def send_keys(self, keys: str, *, enter: bool = False, literal: bool = True, settle: float = 3.0) -> ShellResult:
+    def send_keys(
+        self, keys: str, *, enter: bool = False, literal: bool = True, settle: float = 3.0, also: str | None = None
+    ) -> ShellResult:
         """Type into whatever runs in the pane; ``literal=False`` takes tmux key names (``C-c``, ``Up``).
 
         Waits until the shell is back at its prompt, or the program's answer has stopped
@@ -389,20 +413,20 @@ class ShellSession:
         a program still runs."""
         flag = "-l -- " if literal else ""
         cmd = f"tx {flag}{shlex.quote(keys)}" + (" && tx Enter" if enter else "")
-        return self._observe(cmd, settle)
+        return self._observe(cmd, settle, also)
 
-    def interrupt(self, *, settle: float = 3.0) -> ShellResult:
+    def interrupt(self, *, settle: float = 3.0, also: str | None = None) -> ShellResult:
         """Ctrl-C to the foreground program (or to the prompt, which starts a fresh line)."""
-        return self.send_keys("C-c", literal=False, settle=settle)
+        return self.send_keys("C-c", literal=False, settle=settle, also=also)
 
-    def observe(self, *, settle: float = 0.0) -> ShellResult:
+    def observe(self, *, settle: float = 0.0, also: str | None = None) -> ShellResult:
         """What the pane printed since the last step, and the shell's state, without typing."""
-        return self._observe(":", settle)
+        return self._observe(":", settle, also)
 
-    def _observe(self, keys_cmd: str, settle: float) -> ShellResult:
+    def _observe(self, keys_cmd: str, settle: float, also: str | None = None) -> ShellResult:
         start = time.monotonic()
         try:
-            frame = self._step("keys", budget=settle + 5.0, settle=settle, keys=keys_cmd)
+            frame = self._step("keys", budget=settle + 5.0, settle=settle, keys=keys_cmd, also=also)
         except _Unknown as exc:
             return _unknown(exc, start, timed_out=False)
         return self._result(frame, start, running=not frame.at_prompt, timed_out=False)

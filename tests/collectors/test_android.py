@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors import runner
+from collectors import rollouts, runner
 from collectors.android.adb import DeviceOffline, DumpError, adb
 from collectors.android.env import AndroidEnv
 from collectors.android.sim import Simulator
@@ -130,7 +130,7 @@ def test_a_device_killed_mid_episode_is_a_typed_error_and_the_runner_retries(adb
 
     def kill_once() -> None:  # the first attempt's device dies once its episode is under way
         while not killed:
-            env = next((e for key, e in list(runner._ENVS.items()) if key[:2] == ("android", "default")), None)
+            env = next((e for e in rollouts.live_envs() if getattr(e, "domain", "") == "android"), None)
             if env is not None and env.observation is not None and env.sim is not None:
                 env.sim.kill()
                 killed.append(env.sim.serial)

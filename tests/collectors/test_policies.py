@@ -106,7 +106,7 @@ def test_chat_policy_drives_an_episode_through_a_local_endpoint(tmp_path):
 def test_chat_policy_gives_up_with_a_clear_error():
     policy = OpenAIChatPolicy(TerminalEnv.action_space, model="m", base_url="http://127.0.0.1:9/v1", retries=1, timeout_s=1)
     policy.reset(Task(id="t", domain="terminal", instruction="x"), 0)
-    with pytest.raises(ChatError, match=r"127.0.0.1:9/v1: ConnectionError"):
+    with pytest.raises(ChatError, match=r"127.0.0.1:9/v1: APIConnectionError: .* \(after 2 tries\)"):
         policy.act(Observation(text="$"), [])
 
 

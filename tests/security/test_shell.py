@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from collectors import runner
+from collectors import rollouts, runner
 from collectors.env import Task
 from collectors.jobs import JobConfig
 from collectors.policies import ScriptedPolicy
@@ -205,11 +205,11 @@ def test_sandbox_killed_from_outside_ends_the_episode_as_an_infrastructure_failu
     class KillsTheSandbox(ScriptedPolicy):
         def act(self, observation, history):
             if len(history) == 1:
-                (env,) = runner._ENVS.values()
+                (env,) = rollouts.live_envs()
                 kill_from_outside(env.sandbox)
             return super().act(observation, history)
 
-    monkeypatch.setattr(runner, "make_policy", lambda config, space: KillsTheSandbox())
+    monkeypatch.setattr(rollouts, "make_policy", lambda config, space: KillsTheSandbox())
     result = _episode(backend, [{"action": "run", "command": "echo one"}, {"action": "run", "command": "echo two"}])
     assert not result.ok and not result.transitions and "SandboxDied" in result.reason
     assert runner.ledger_entry(result)["status"] == "failed"
