@@ -161,7 +161,7 @@ class EnvPool:
         if slot.env is not None:
             # On its own thread when that is free; a step still hangs there (a timed-out
             # episode): from another thread, which kills what the step waits on.
-            closing = slot.call(slot.env.close) if not slot.busy else asyncio.to_thread(slot.env.close)
+            closing = slot.call(_close_on_thread, slot.env) if not slot.busy else asyncio.to_thread(slot.env.close)
             with contextlib.suppress(Exception):  # already broken: the sandbox gc sweeps what is left
                 await asyncio.wait_for(closing, 60)
         slot.thread.shutdown(wait=False)
@@ -181,6 +181,16 @@ class EnvPool:
     async def close(self) -> None:
         await asyncio.gather(*(self.discard(s) for s in list(self.live)), return_exceptions=True)
         self.idle.clear()
+
+
+def _close_on_thread(env: Any) -> None:
+    """Close an environment, then free what its thread holds for it (a Playwright driver)."""
+    try:
+        env.close()
+    finally:
+        release = getattr(env, "release_thread", None)
+        if release is not None:
+            release()
 
 
 _LIVE: set[Slot] = set()  # every live environment of this process's runners

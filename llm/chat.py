@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.errors import TrajforgeError
+from schemas.errors import ConfigError, TrajforgeError
 
 
 class ChatError(TrajforgeError):
@@ -116,7 +116,10 @@ class AsyncChat:
         base_delay_s: float = 0.5,
         max_delay_s: float = 8.0,
     ) -> None:
-        import openai
+        try:
+            import openai
+        except ImportError:
+            raise ConfigError("LLM policies need the openai client: pip install 'trajforge[llm]'") from None
 
         self.base_url, self.retries, self.timeout_s = base_url.rstrip("/"), retries, timeout_s
         self.base_delay_s, self.max_delay_s = base_delay_s, max_delay_s

@@ -22,6 +22,7 @@ import contextlib
 import os
 import re
 import shutil
+import threading
 import time
 from typing import Any
 from urllib.parse import urljoin, urlparse
@@ -71,7 +72,9 @@ def chromium_path() -> str | None:
     return next((p for p in SYSTEM_CHROMIUM if shutil.which(p)), None)
 
 
-_DRIVER: dict[int, Any] = {}  # pid -> the Playwright driver of this process (the sync API allows one per thread)
+# (pid, thread) -> that thread's Playwright driver: the sync API is bound to the thread that
+# started it, and the episode runner gives each environment a thread of its own
+_DRIVER: dict[tuple[int, int], Any] = {}
 
 
 def _stop_driver(driver) -> None:
@@ -80,23 +83,23 @@ def _stop_driver(driver) -> None:
 
 
 def playwright_driver():
-    """The process's one Playwright driver, started on first use and stopped at exit."""
+    """This thread's Playwright driver, started on first use and stopped at exit."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         raise MissingExtraError("playwright", "web") from None
-    pid = os.getpid()
-    if pid not in _DRIVER:
+    key = (os.getpid(), threading.get_ident())
+    if key not in _DRIVER:
         import atexit
 
-        _DRIVER[pid] = driver = sync_playwright().start()
+        _DRIVER[key] = driver = sync_playwright().start()
         atexit.register(_stop_driver, driver)
-    return _DRIVER[pid]
+    return _DRIVER[key]
 
 
 def stop_playwright_driver() -> None:
-    """Stop this process's driver now (it holds an asyncio loop in this thread while it runs)."""
-    driver = _DRIVER.pop(os.getpid(), None)
+    """Stop this thread's driver now (it holds an asyncio loop in this thread while it runs)."""
+    driver = _DRIVER.pop((os.getpid(), threading.get_ident()), None)
     if driver is not None:
         _stop_driver(driver)
 
@@ -355,3 +358,7 @@ class WebEnv(Environment):
                     obj.close()
         if self.server is not None:
             self.server.stop()
+
+    def release_thread(self) -> None:
+        """The episode runner ends this environment's thread: its Playwright driver goes too."""
+        stop_playwright_driver()

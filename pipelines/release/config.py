@@ -111,11 +111,15 @@ class ProvenanceFilter(Strict):
         default_factory=dict
     )
     keep_below: dict[str, float] = Field(default_factory=dict)  # set by the build for max_share (recorded in the manifest)
+    # why the episode ended (collectors.rollouts.STOP_REASONS; none: not recorded); None takes every one
+    stop_reasons: (
+        list[Literal["complete", "max_steps", "context_length", "timeout", "infra_error", "policy_error", "none"]] | None
+    ) = None
 
     @model_validator(mode="after")
     def _some(self) -> ProvenanceFilter:
-        if not self.origins or not self.executed:
-            raise ValueError("origins and executed each need at least one value (else the release is empty)")
+        if not self.origins or not self.executed or self.stop_reasons == []:
+            raise ValueError("origins, executed and stop_reasons each need at least one value (else the release is empty)")
         for key, share in self.max_share.items():
             if not 0.0 < share < 1.0:
                 raise ValueError(f"max_share of {key} must be in (0, 1), got {share}")

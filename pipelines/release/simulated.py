@@ -12,6 +12,7 @@ as ``simulated.keep_below`` in the release's config.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pyarrow.compute as pc
@@ -33,12 +34,13 @@ def cap_bound(cfg: MixtureConfig, real: int, simulated: list[str]) -> float:
     return hashes[keep] if keep < len(hashes) else 1.0
 
 
-def _trajectories(store, shards: list[tuple[str, str]]) -> dict[str, tuple[str, str, bool]]:
-    """Every trajectory id -> (origin, executed, simulated), from two small columns a shard
-    (a v1 shard's provenance has no origin: collected or simulated, as its migration says)."""
+def _trajectories(store, shards: list[tuple[str, str]]) -> dict[str, tuple[str, str, bool, str | None]]:
+    """Every trajectory id -> (origin, executed, simulated, stop reason), from two small
+    columns a shard (a v1 shard's provenance has no origin: collected or simulated, as its
+    migration says)."""
     from pipelines.store.shards import read_column
 
-    found: dict[str, tuple[str, str, bool]] = {}
+    found: dict[str, tuple[str, str, bool, str | None]] = {}
     for _, path in shards:
         ids = read_column(store.sfs, path, "trajectory_id").to_pylist()
         prov = read_column(store.sfs, path, "provenance").combine_chunks()
@@ -46,8 +48,10 @@ def _trajectories(store, shards: list[tuple[str, str]]) -> dict[str, tuple[str, 
         sims = pc.struct_field(prov, "simulated").to_pylist()
         origins = pc.struct_field(prov, "origin").to_pylist() if "origin" in names else [None] * len(ids)
         executed = pc.struct_field(prov, "executed").to_pylist() if "executed" in names else [None] * len(ids)
-        for tid, sim, o, e in zip(ids, sims, origins, executed, strict=True):
-            found[tid] = (o or ("simulated" if sim else "collected"), e or ("not_executed" if sim else "executed"), bool(sim))
+        extras = pc.struct_field(prov, "extra").to_pylist()
+        for tid, sim, o, e, x in zip(ids, sims, origins, executed, extras, strict=True):
+            o, e = o or ("simulated" if sim else "collected"), e or ("not_executed" if sim else "executed")
+            found[tid] = (o, e, bool(sim), stop_reason(x))
     return found
 
 
@@ -59,23 +63,40 @@ def resolve(cfg: MixtureConfig, store, shards: list[tuple[str, str]]) -> Mixture
         return cfg
     found = _trajectories(store, shards)
     if cfg.simulated.use == "cap":
-        real = [t for t, (_, _, sim) in found.items() if not sim]
-        bound = cap_bound(cfg, len(real), sorted(t for t, (_, _, sim) in found.items() if sim))
+        real = [t for t, (_, _, sim, _) in found.items() if not sim]
+        bound = cap_bound(cfg, len(real), sorted(t for t, (_, _, sim, _) in found.items() if sim))
         cfg = cfg.model_copy(update={"simulated": cfg.simulated.model_copy(update={"keep_below": bound})})
     taken = {t: v for t, v in found.items() if passes_filter(cfg, *v)}
     bounds = {}
     for group, share in sorted(cfg.provenance.max_share.items()):
-        inside = sorted(group_hash(cfg, group, t) for t, (o, e, _) in taken.items() if group in (o, e))
+        inside = sorted(group_hash(cfg, group, t) for t, (o, e, _, _) in taken.items() if group in (o, e))
         others = len(taken) - len(inside)
         keep = min(len(inside), math.floor(share * others / (1.0 - share) + 1e-9))
         bounds[group] = inside[keep] if keep < len(inside) else 1.0
     return cfg.model_copy(update={"provenance": cfg.provenance.model_copy(update={"keep_below": bounds})})
 
 
-def passes_filter(cfg: MixtureConfig, origin: str, executed: str, simulated: bool) -> bool:
-    """``cfg.provenance``'s filter: the origin taken, and (unless simulated, which follows
-    ``cfg.simulated``) the executed value taken."""
-    return origin in cfg.provenance.origins and (simulated or executed in cfg.provenance.executed)
+def passes_filter(cfg: MixtureConfig, origin: str, executed: str, simulated: bool, stop: str | None = None) -> bool:
+    """``cfg.provenance``'s filter: the origin taken, (unless simulated, which follows
+    ``cfg.simulated``) the executed value taken, and the stop reason taken when the mixture
+    lists them (``none``: a trajectory that records no reason, imported or older)."""
+    stops = cfg.provenance.stop_reasons
+    return (
+        origin in cfg.provenance.origins
+        and (simulated or executed in cfg.provenance.executed)
+        and (stops is None or (stop or "none") in stops)
+    )
+
+
+def stop_reason(extra: str | None) -> str | None:
+    """The episode's stop reason recorded in ``provenance.extra`` (collectors.rollouts), if any."""
+    if not extra or "stop_reason" not in extra:
+        return None
+    try:
+        value = json.loads(extra).get("stop_reason")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def group_hash(cfg: MixtureConfig, group: str, trajectory_id: str) -> float:
@@ -86,7 +107,7 @@ def keeps(cfg: MixtureConfig, traj) -> bool:
     """Whether a trajectory's samples go into the release: by its origin and whether it
     was executed (``cfg.provenance``, with its caps), then by ``cfg.simulated``."""
     prov = traj.first.provenance
-    if not passes_filter(cfg, prov.origin, prov.executed, prov.simulated):
+    if not passes_filter(cfg, prov.origin, prov.executed, prov.simulated, stop_reason(prov.extra)):
         return False
     for group in (prov.origin, prov.executed):
         if group in cfg.provenance.max_share:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -17,6 +18,7 @@ from collectors.check_env import check_env
 from collectors.env import EnvError, load_suite
 from collectors.policies import ExplorationPolicy
 from collectors.web.env import WebEnv, WebOptions
+from pipelines.query import run_query
 from tests.conftest import cli
 
 pytestmark = pytest.mark.slow
@@ -188,3 +190,25 @@ def test_the_same_environment_serves_a_users_own_site_by_url():
                 env.reset(task=task)
     finally:
         site.stop()
+
+
+def test_web_episodes_run_side_by_side_each_on_its_own_thread(tmp_path):
+    """Concurrent web episodes: each pooled environment has a thread, a Playwright driver
+    and a browser of its own (the sync API is bound to its thread); all five succeed."""
+    import yaml
+
+    from collectors.jobs import load_job
+    from collectors.runner import run_job
+
+    body = yaml.safe_load((ROOT / "examples" / "jobs" / "web.yaml").read_text())
+    body |= {"tasks": [str(ROOT / "examples" / "tasks" / "web.yaml")], "workers": 0, "concurrency": 3, "job_id": "web-conc"}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(body))
+    job, tasks = load_job(tmp_path / "job.yaml")
+    summary = run_job(job, tasks, str(tmp_path / "store"), log=lambda m: None)
+    assert summary.collected == len(TASKS) and summary.failed == 0, summary.failures
+    rewards = run_query("SELECT task_id, max(reward) AS r FROM transitions GROUP BY 1", str(tmp_path / "store")).to_pylist()
+    assert all(r["r"] == 1.0 for r in rewards if TASKS[r["task_id"]].check)
+    from collectors import rollouts
+    from collectors.web import env as web_env
+
+    assert rollouts.live_envs() == [] and not [k for k in web_env._DRIVER if k[1] != threading.get_ident()]

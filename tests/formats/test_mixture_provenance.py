@@ -26,8 +26,10 @@ def test_default_mixture_takes_executed_rows_only_and_the_card_names_sources(tmp
     gen = Synthesizer(1, **SMALL)
     real = list(gen.transitions(150))
 
-    def imported(seed: int, prefix: str, source: str, license: str, executed: str) -> list:
-        prov = Provenance(run_id=f"import-{source}", origin="imported", executed=executed, source=source, license=license)
+    def imported(seed: int, prefix: str, source: str, license: str, executed: str, extra: str = "{}") -> list:
+        prov = Provenance(
+            run_id=f"import-{source}", origin="imported", executed=executed, source=source, license=license, extra=extra
+        )
         return [
             t.evolve(
                 trajectory_id=f"{prefix}-{t.trajectory_id}", provenance=replace(prov, collected_at=t.provenance.collected_at)
@@ -36,7 +38,7 @@ def test_default_mixture_takes_executed_rows_only_and_the_card_names_sources(tmp
         ]
 
     runs = {gen.run_id: real, "import-acme": imported(2, "acme", "acme", "mit", "unknown")}
-    runs["import-bench"] = imported(3, "bench", "bench", "cc-by-4.0", "executed")
+    runs["import-bench"] = imported(3, "bench", "bench", "cc-by-4.0", "executed", '{"stop_reason":"timeout"}')
     for run_id, rows in runs.items():
         with StoreWriter(str(store), run_id) as w:
             w.write_many(rows)
@@ -56,6 +58,8 @@ def test_default_mixture_takes_executed_rows_only_and_the_card_names_sources(tmp
     assert build("default", {}) == {"synth", "bench"}  # acme's next states were never vouched for: left out
     assert build("all", {"executed": ["executed", "unknown"]}) == {"synth", "bench", "acme"}
     assert build("imports", {"origins": ["imported"], "executed": ["executed", "unknown"]}) == {"bench", "acme"}
+    # by why the episode ended: bench's episodes timed out; synth's record no reason
+    assert build("no-timeouts", {"stop_reasons": ["complete", "none"]}) == {"synth"}
     card = (store / "releases" / "wm" / "all" / "README.md").read_text()
     assert "## Sources" in card
     rows = [line for line in card.splitlines() if line.startswith("| imported |") or line.startswith("| collected |")]
