@@ -12,7 +12,7 @@ For each (latency, concurrency): wall time, episodes/s and steps/s against the i
 (concurrency / (calls + 1) / latency episodes a second, the answer call included), p50 and
 p99 step latency (the server's time between an episode's requests), the collector's
 overhead per model call (that gap less the model's latency and the action's own time,
-p50), peak requests in flight, and peak RSS of the whole process tree (runner, workers,
+p50), peak requests in flight, and peak memory (PSS) of the whole process tree (runner, workers,
 sandboxes) with the RSS per in-flight episode (peak less the idle baseline, over the
 episodes in flight).
 
@@ -69,8 +69,14 @@ def _tree_rss(pid: int) -> int:
     total = 0
     for q in procs:
         with contextlib.suppress(psutil.Error):
-            total += q.memory_info().rss
+            total += _pss(q)
     return total
+
+
+def _pss(process) -> int:
+    """Proportional set size: shared pages (Chromium's, Python's libraries) split between the
+    processes that share them, so a sum over processes is not inflated by sharing."""
+    return process.memory_full_info().pss
 
 
 def _sandbox_rss() -> int:
@@ -81,16 +87,18 @@ def _sandbox_rss() -> int:
     total = 0
     for q in psutil.process_iter(["cmdline", "memory_info"]):
         cmd = " ".join(q.info["cmdline"] or [])
-        if ".tf-" in cmd and q.info["memory_info"] is not None:
-            total += q.info["memory_info"].rss
+        if ".tf-" in cmd:
+            with contextlib.suppress(psutil.Error):
+                total += _pss(q)
     return total
 
 
-def _job(tmp: Path, name: str, server: FakeLLM, episodes: int, concurrency: int, workers: int) -> Path:
+def _job(tmp: Path, name: str, server: FakeLLM, episodes: int, concurrency: int, workers: int, domain: str = "terminal") -> Path:
     suite = tmp / f"{name}-suite.yaml"
-    suite.write_text(
-        yaml.safe_dump([{"id": f"bench/{i}", "domain": "terminal", "instruction": f"task {i}"} for i in range(episodes)])
-    )
+    tasks = [{"id": f"bench/{i}", "domain": domain, "instruction": f"task {i}"} for i in range(episodes)]
+    if domain == "web":  # the shipped sites, from the shop's front page
+        tasks = [t | {"env_id": "sites", "extra": {"start_url": "/shop/"}} for t in tasks]
+    suite.write_text(yaml.safe_dump(tasks))
     job = {
         "job_id": name,
         "tasks": [str(suite)],
@@ -254,6 +262,42 @@ def sigint(tmp: Path, concurrency: int, calls: int, workers: int) -> dict:
     return row
 
 
+def web(tmp: Path, concurrency: int, calls: int, workers: int) -> dict:
+    """Web episodes (Playwright, real Chromium, the shipped sites), each step a scroll."""
+    server = FakeLLM(Script(latency=1.0, calls=calls, tool="scroll", arguments={"dy": 200}))
+    server.start()
+    timeline = Timeline(server)
+    episodes = 2 * concurrency
+    job = _job(tmp, "web", server, episodes, concurrency, workers, domain="web")
+    try:
+        wall, peak, code, err = run_collect(job, tmp / "store-web")
+    finally:
+        server.close()
+    sql = (
+        "SELECT count(DISTINCT trajectory_id) AS n, count(*) FILTER (action_error IS NULL) AS good,"
+        " count(*) AS steps FROM transitions"
+    )
+    ok = _store_rows(tmp / "store-web", sql)[0]
+    first = min(t[0] for t in timeline.times.values())
+    last = max(t[-1] for t in timeline.times.values()) + 1.0
+    ideal = concurrency / (calls + 1) / 1.0
+    row = {
+        "concurrency": concurrency,
+        "episodes": episodes,
+        "recorded": ok["n"],
+        "steps_without_error": ok["good"],
+        "steps": ok["steps"],
+        "wall_s": round(wall, 1),
+        "of_ideal": round(episodes / wall / ideal, 2),
+        "of_ideal_active": round(episodes / (last - first) / ideal, 2),
+        "peak_rss_mib": round(peak / 2**20),
+        "exit": code,
+        "stderr_tail": err[-300:] if code else "",
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def step_cost(n: int = 200) -> dict:
     """Recorded terminal steps a second on one core, and a bare exec's, medians of ``n``."""
     from collectors.terminal import TerminalEnv
@@ -294,9 +338,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--faults", action="store_true")
     ap.add_argument("--sigint", action="store_true")
     ap.add_argument("--steps", action="store_true")
+    ap.add_argument("--web", type=int, default=0, metavar="N", help="web episodes at concurrency N")
     ap.add_argument("--out", default=None, help="write every row as JSON here")
     args = ap.parse_args(argv)
-    rows: dict[str, list] = {"throughput": [], "faults": [], "sigint": [], "steps": []}
+    rows: dict[str, list] = {"throughput": [], "faults": [], "sigint": [], "steps": [], "web": []}
     with tempfile.TemporaryDirectory(prefix="trajforge-collect-llm-") as tmp:
         tmp = Path(tmp)
         if args.steps:
@@ -308,6 +353,8 @@ def main(argv: list[str] | None = None) -> None:
             rows["faults"].append(faults(tmp, 32, args.calls, args.workers))
         if args.sigint:
             rows["sigint"].append(sigint(tmp, 32, args.calls, args.workers))
+        if args.web:
+            rows["web"].append(web(tmp, args.web, args.calls, args.workers))
     tp = sorted(rows["throughput"], key=lambda r: r["concurrency"])
     if len({r["concurrency"] for r in tp}) > 1:  # what one more episode in flight adds: the slope, no fixed costs
         lo, hi = tp[0], tp[-1]

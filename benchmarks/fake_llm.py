@@ -42,6 +42,8 @@ class Script:
     seed: int = 0
     faults: tuple[int, ...] = ()  # the first requests' answers, in order: 429, 500, 401 or 0 (a reset)
     keep_requests: bool = False  # keep each request's body in ``requests`` (tests)
+    tool: str = "run"  # the tool each call names; its arguments: ``echo step K`` for run, else ``arguments``
+    arguments: dict | None = None
 
 
 @dataclass
@@ -203,11 +205,8 @@ class FakeLLM:
                 break
         if step >= self.script.calls:
             return {"role": "assistant", "content": "Done."}
-        call = {
-            "id": f"call-{step}",
-            "type": "function",
-            "function": {"name": "run", "arguments": json.dumps({"command": f"echo step {step}"})},
-        }
+        args = {"command": f"echo step {step}"} if self.script.tool == "run" else (self.script.arguments or {})
+        call = {"id": f"call-{step}", "type": "function", "function": {"name": self.script.tool, "arguments": json.dumps(args)}}
         return {"role": "assistant", "content": None, "tool_calls": [call]}
 
     def _send(self, writer: asyncio.StreamWriter, status: int, body: dict, headers: dict | None = None) -> None:
