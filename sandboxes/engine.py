@@ -95,6 +95,10 @@ def start_podman_service(timeout: float = 30.0) -> str:
         stdout=log,
         stderr=log,
         start_new_session=True,
+        # the service outlives this command: never in the caller's folder, which may be a
+        # checkout that is deleted later (conmon then fails "to get working directory" and
+        # no container starts again)
+        cwd="/",
     )
     (state_dir() / "podman-service.pid").write_text(str(proc.pid))
     end = time.monotonic() + timeout
