@@ -34,6 +34,7 @@ with the file, the key and what was expected.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -226,9 +227,7 @@ class JobConfig(StrictConfig):
 
     def starting_limit(self) -> int:
         """Sandboxes starting at once in a worker: ``max_starting``, else two per core."""
-        from collectors.rollouts import default_starting_limit
-
-        return self.max_starting or default_starting_limit()
+        return self.max_starting or max(2, 2 * (os.cpu_count() or 1))
 
 
 def load_job(path: str | Path) -> tuple[JobConfig, list[Task]]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
 import traceback
 from collections.abc import AsyncIterator, Iterable
@@ -513,8 +512,3 @@ def run_specs_blocking(specs: Iterable[EpisodeSpec], job: JobConfig, *, concurre
         return [r async for r in run_specs(specs, job, concurrency=concurrency)]
 
     return asyncio.run(collect())
-
-
-def default_starting_limit() -> int:
-    """Sandboxes starting at once when the job does not say: two per core."""
-    return max(2, 2 * (os.cpu_count() or 1))
