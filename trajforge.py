@@ -25,6 +25,7 @@ from pipelines.progress import set_verbose
 from sandboxes.cli import app as sandboxes_app
 from schemas.config import validation_message
 from schemas.errors import TrajforgeError, one_line
+from serve.cli import serve as serve_command
 from simulate.cli import app as sim_app
 from training.cli import app as training_app
 
@@ -42,6 +43,7 @@ app.add_typer(search_app, name="search")
 app.add_typer(sim_app, name="sim")
 app.add_typer(android_app, name="android")
 app.add_typer(training_app, name="train")
+app.command("serve")(serve_command)
 
 
 @app.callback()

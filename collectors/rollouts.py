@@ -93,9 +93,9 @@ def episode_timeout(task, job: JobConfig) -> float:
     return min(job.episode_timeout_s, float(own)) if isinstance(own, int | float) and own > 0 else job.episode_timeout_s
 
 
-def env_key(spec: EpisodeSpec) -> tuple[str, str, str]:
+def env_key(task) -> tuple[str, str, str]:
     """Environments are shared between episodes of one domain, environment id and task sandbox."""
-    return spec.task.domain, spec.task.env_id, canonical_json(spec.task.extra.get("sandbox") or {})
+    return task.domain, task.env_id, canonical_json(task.extra.get("sandbox") or {})
 
 
 # -- environments and their threads ----------------------------------------------------------
@@ -127,7 +127,7 @@ class EnvPool:
     async def take(self, spec: EpisodeSpec, job: JobConfig) -> tuple[Slot, bool]:
         """An idle environment of the spec's kind that is still alive, or a new one (not yet
         started: its first reset starts it); and whether it is new."""
-        key = env_key(spec)
+        key = env_key(spec.task)
         while self.idle.get(key):
             slot = self.idle[key].pop()
             check = getattr(slot.env, "check_alive", None)
@@ -142,7 +142,7 @@ class EnvPool:
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"env-{spec.task.domain}")
         slot = Slot(key, None, thread)
         try:
-            slot.env = await slot.call(_new_env, spec, job)
+            slot.env = await slot.call(new_env, spec.task, job, spec.run_id)
         except BaseException:
             thread.shutdown(wait=False)
             raise
@@ -200,18 +200,31 @@ def live_envs() -> list[Any]:
     return [s.env for s in list(_LIVE) if s.env is not None]
 
 
-def _new_env(spec: EpisodeSpec, job: JobConfig):
+def new_env(task, job: JobConfig, run_id: str):
+    """A new, not yet started environment for ``task``: the real one, or the job backend's
+    stand-in (a world model) for every domain."""
+
     def real():
-        return make_env(
-            spec.task.domain,
-            task_sandbox(spec.task, job.sandbox_config(spec.run_id)),
-            spec.task.env_id,
-            **job.env_options(spec.task.domain),
-        )
+        return make_env(task.domain, task_sandbox(task, job.sandbox_config(run_id)), task.env_id, **job.env_options(task.domain))
 
     if job.backend != "real":  # a world model plays the environment; real() gives its initial observations
-        return backend_env(job.backend)(spec.task.domain, job.sim, spec.task.env_id, real=real)
+        return backend_env(job.backend)(task.domain, job.sim, task.env_id, real=real)
     return real()
+
+
+def finish_episode(base: Any, task, transitions: list[Transition]) -> list[Transition]:
+    """An ended episode's last steps, on the environment's own thread: a shell or sandbox
+    that died is an infrastructure failure (raises, never scored); the task's check gives
+    the last transition its reward; the task's teardown runs."""
+    check_alive = getattr(base, "check_alive", None)
+    if check_alive is not None:
+        check_alive()
+    if transitions and task.check and transitions[-1].reward is None:
+        reward, _ = task.validate(base)
+        transitions[-1] = replace(transitions[-1], reward=reward)
+    if not getattr(base, "simulated", False):  # a simulated world has nothing to tear down
+        task.run_teardown(base)
+    return transitions
 
 
 # -- one episode --------------------------------------------------------------------------------
@@ -384,15 +397,7 @@ class EpisodeRunner:
                     elif truncated and info.get("truncated_by") == "time_limit":
                         state.stop_reason = "timeout"
                     break
-            transitions = env.transitions
-            check_alive = getattr(base, "check_alive", None)
-            if check_alive is not None:  # a shell or sandbox that died is an infrastructure failure, never scored
-                await slot.call(check_alive)
-            if transitions and task.check and transitions[-1].reward is None:
-                reward, _ = await slot.call(task.validate, base)
-                transitions[-1] = replace(transitions[-1], reward=reward)
-            if not getattr(base, "simulated", False):  # a simulated world has nothing to tear down
-                await slot.call(task.run_teardown, base)
+            transitions = await slot.call(finish_episode, base, task, env.transitions)
             ok = True
             return transitions
         finally:
@@ -434,16 +439,28 @@ def _stamped(transitions: list[Transition], state: _Attempt) -> list[Transition]
     """Each transition with the episode's stop reason and its step's model cost in
     ``provenance.extra`` (the final answer's call, which makes no step, on the last one)."""
     calls = list(getattr(state.policy, "calls", None) or [])
-    final = getattr(state.policy, "final_call", None)
+    return stamped(transitions, state.stop_reason, calls=calls, final=getattr(state.policy, "final_call", None))
+
+
+def stamped(
+    transitions: list[Transition],
+    stop_reason: str,
+    *,
+    calls: list[dict[str, Any]] | None = None,
+    final: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> list[Transition]:
+    """Transitions with ``stop_reason`` (and ``extra``) in ``provenance.extra``, step i's
+    model call ``calls[i]`` as ``llm`` and ``final`` as ``llm_final`` on the last one."""
+    calls = calls or []
     out = []
     for i, t in enumerate(transitions):
-        extra = json.loads(t.provenance.extra or "{}")
-        extra["stop_reason"] = state.stop_reason
+        merged = {**json.loads(t.provenance.extra or "{}"), **(extra or {}), "stop_reason": stop_reason}
         if i < len(calls):
-            extra["llm"] = calls[i]
+            merged["llm"] = calls[i]
         if final is not None and i == len(transitions) - 1:
-            extra["llm_final"] = final
-        out.append(replace(t, provenance=replace(t.provenance, extra=canonical_json(extra))))
+            merged["llm_final"] = final
+        out.append(replace(t, provenance=replace(t.provenance, extra=canonical_json(merged))))
     return out
 
 

@@ -23,6 +23,17 @@ from schemas.errors import TrainingError
 
 def planted_model(out: str | Path, observation: str, *, seed: int = 0) -> str:
     """Write the model to ``out``; checks that it reproduces ``wrap(observation)``."""
+    pieces = [f"{OPEN}\n", observation, f"\n{CLOSE}"]
+    return planted_chain(out, pieces, [system_prompt("terminal", "default"), observation] * 3, seed=seed)
+
+
+def planted_chain(
+    out: str | Path, pieces: list[str], texts: list[str], *, chat_template: str | None = None, seed: int = 0
+) -> str:
+    """A model folder whose greedy reply to any chat prompt is ``pieces`` joined, then the
+    end of turn; ``texts`` train its byte-level tokenizer, ``chat_template`` (default:
+    ChatML) is the one its prompts are made with (the caller sets it on the tokenizer it
+    loads: a bare ``tokenizer.json`` carries none)."""
     import tokenizers
     import torch
 
@@ -32,12 +43,13 @@ def planted_model(out: str | Path, observation: str, *, seed: int = 0) -> str:
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    pieces = [f"{OPEN}\n", observation, f"\n{CLOSE}"]
-    file = train_tokenizer([system_prompt("terminal", "default"), observation] * 3, str(out / "tokenizer.json"), vocab_size=300)
+    file = train_tokenizer(texts, str(out / "tokenizer.json"), vocab_size=300)
     raw = tokenizers.Tokenizer.from_file(file)
     raw.add_tokens([tokenizers.AddedToken(p, normalized=False) for p in pieces])
     raw.save(file)
     tok = load_tokenizer(TrainConfig(stage="sft", model=ModelSpec(path=str(out))))
+    if chat_template is not None:
+        tok.chat_template = chat_template
     torch.manual_seed(seed)
     model = load_model(ModelSpec(init={"tie_word_embeddings": False}), tok).eval()
     start = tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
@@ -47,7 +59,7 @@ def planted_model(out: str | Path, observation: str, *, seed: int = 0) -> str:
         tok.eos_token_id,
     ]
     if len(set(chain)) != len(chain):
-        raise TrainingError(f"planted model: the pieces of {observation!r} are not distinct tokens")
+        raise TrainingError(f"planted model: the pieces {pieces!r} are not distinct tokens")
     with torch.no_grad():
         for layer in model.model.layers:  # each layer passes the residual through unchanged
             layer.self_attn.o_proj.weight.zero_()
@@ -60,8 +72,10 @@ def planted_model(out: str | Path, observation: str, *, seed: int = 0) -> str:
             h = emb[a] / emb[a].pow(2).mean().sqrt()  # what the final RMSNorm makes of it (its weight is 1)
             head[b] += 4.0 * h / h.norm()
     ids = tok(start, return_tensors="pt", add_special_tokens=False)["input_ids"]
-    got = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    got = model.generate(
+        ids, max_new_tokens=len(pieces) + 4, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+    )
     if got[0, ids.shape[1] :].tolist() != chain[1:]:
-        raise TrainingError(f"planted model: does not reproduce {observation!r}")
+        raise TrainingError(f"planted model: does not reproduce {pieces!r}")
     model.save_pretrained(str(out))
     return str(out)

@@ -8,7 +8,7 @@ import edge (the registry's entry points are data). The rules:
 * **Layers, one way down.** Each top-level package has a rank; a module may import its own
   package's rank or lower ones only: ``schemas`` (imports nothing of ours) → ``llm``
   (``schemas`` only) → ``sandboxes`` → ``pipelines`` → ``collectors`` → ``formats`` → ``training`` →
-  ``simulate`` → the CLI (``trajforge.py``).
+  ``simulate`` → ``serve`` → the CLI (``trajforge.py``).
 * **No module cycles**, anywhere in the project.
 * **No package cycles**, each package and subpackage a node (``pipelines.release``,
   ``collectors.web``). A package and its own subpackages are not compared with each other:
@@ -38,6 +38,7 @@ LAYERS: dict[str, float] = {
     "formats": 3.5,
     "training": 4,
     "simulate": 5,
+    "serve": 5.5,
     "trajforge": 6,
 }
 
