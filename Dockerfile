@@ -20,7 +20,7 @@ FROM ${BEAM_BOOT_IMAGE} AS beam-boot
 RUN mkdir -p /opt/beam-boot && { cp -a /opt/apache/beam/. /opt/beam-boot/ 2>/dev/null || true; }
 
 FROM ${BASE_IMAGE}
-ARG EXTRAS=curate,web,mcp,search,android
+ARG EXTRAS=curate,web,mcp,search,android,serve
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 PYTHONUNBUFFERED=1 \
     VIRTUAL_ENV=/opt/trajforge/venv PATH=/opt/trajforge/venv/bin:$PATH \
     TRAJFORGE_CHROMIUM=/usr/bin/chromium TRAJFORGE_CACHE=/var/cache/trajforge
@@ -66,6 +66,8 @@ COPY formats ./formats
 COPY pipelines ./pipelines
 COPY training ./training
 COPY simulate ./simulate
+COPY serve ./serve
+COPY openenv.yaml ./
 COPY examples ./examples
 COPY deploy ./deploy
 RUN if [ -s /run/host-ca.crt ]; then export PIP_CERT=/run/host-ca.crt; fi; pip install -q --no-deps -e . && trajforge --help >/dev/null
@@ -73,5 +75,6 @@ RUN if [ -s /run/host-ca.crt ]; then export PIP_CERT=/run/host-ca.crt; fi; pip i
 COPY --from=beam-boot /opt/beam-boot /opt/apache/beam
 COPY scripts/image-entrypoint.sh /usr/local/bin/trajforge-entrypoint
 RUN chmod +x /usr/local/bin/trajforge-entrypoint && mkdir -p /work /data
+EXPOSE 8000
 ENTRYPOINT ["/usr/local/bin/trajforge-entrypoint"]
 CMD ["--help"]

@@ -9,8 +9,8 @@ typed action and observation, and two guards around the app:
 - ``BearerAuth``: every request but ``/health`` must carry ``Authorization: Bearer
   <token>`` when the server has a token (required on any address but loopback);
 - ``NoMcpFrames``: the protocol's ``mcp`` frames are refused (they may name another
-  session's id; no trajforge environment is an MCP environment), as is the HTTP ``/mcp``
-  route, which is not mounted.
+  session's id; no trajforge environment is an MCP environment); the HTTP ``/mcp`` route
+  answers every call with JSON-RPC's method-not-found and touches no session.
 
 The server runs in OpenEnv's production mode: the HTTP ``/reset`` and ``/step`` routes,
 which make and destroy an environment per request, are not mounted, so an episode lives in
@@ -43,6 +43,7 @@ from openenv.core.env_server.types import (
     State,
 )
 from pydantic import ConfigDict
+from starlette.requests import Request
 from starlette.websockets import WebSocketDisconnect
 
 from schemas.domains import domain as domain_spec
@@ -273,12 +274,25 @@ def build_app(
     app = FastAPI(title="trajforge environments (OpenEnv protocol)", version="1", docs_url=None, redoc_url=None)
     server.register_routes(app, mode=ServerMode.PRODUCTION)
     app.router.routes = [r for r in app.router.routes if getattr(r, "path", None) != "/mcp"]
+    app.post("/mcp")(_no_mcp)
     app.router.on_shutdown.append(_closer(served))
     app.add_middleware(NoMcpFrames)
     if token:
         app.add_middleware(BearerAuth, token=token)
     app.state.served, app.state.env_server = served, server
     return app
+
+
+async def _no_mcp(request: Request) -> dict[str, Any]:
+    """JSON-RPC's method-not-found for every call: no trajforge environment is an MCP one,
+    and openenv-core's handler would take other sessions' ids."""
+    try:
+        body = json.loads(await request.body())
+        rid = body.get("id") if isinstance(body, dict) and isinstance(body.get("id"), str | int) else None
+    except (ValueError, RecursionError):
+        rid = None
+    message = "trajforge environments are not MCP environments: run episodes in a WebSocket session at /ws"
+    return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": message}}
 
 
 def _closer(served: Served):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
+from openenv.cli._validation import validate_running_environment
 from openenv.core.generic_client import GenericEnvClient
 from websockets.asyncio.client import connect
 
@@ -85,8 +87,12 @@ def test_schema_health_and_metadata_and_only_the_websocket_episode_routes(job_fi
         assert "text" in schema["observation"]["properties"]
         assert httpx.get(f"{url}/health").json()["status"] == "healthy"
         assert "terminal" in httpx.get(f"{url}/metadata").json()["description"]
-        for path in ("/reset", "/step", "/mcp"):  # an episode lives in one WebSocket session
+        for path in ("/reset", "/step"):  # an episode lives in one WebSocket session
             assert httpx.post(f"{url}{path}", json={}).status_code in (404, 405)
+        close = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/close", "params": {"session_id": "x"}}
+        assert httpx.post(f"{url}/mcp", json=close).json()["error"]["code"] == -32601
+        report = validate_running_environment(url)  # openenv-core's own runtime validator
+        assert report["passed"] and report["mode"] == "production", [c for c in report["criteria"] if not c["passed"]]
 
 
 def test_a_full_server_refuses_at_once_and_idle_sessions_are_reaped(job_file, tmp_path):
@@ -238,3 +244,16 @@ def test_sigterm_with_sessions_open_records_them_and_leaks_no_sandbox(job_file, 
     rows = _rows(store, "SELECT provenance.policy AS p, provenance.extra AS extra FROM transitions")
     assert len(rows) == 2 and {r["p"] for r in rows} == {"held"}
     assert {json.loads(r["extra"])["stop_reason"] for r in rows} == {"closed"}
+
+
+def test_the_asgi_app_of_openenv_yaml_needs_a_token_and_serves_the_suite(job_file, tmp_path):
+    env = {**os.environ, "TRAJFORGE_SERVE_SUITE": str(job_file), "TRAJFORGE_SERVE_STORE": str(tmp_path / "s")}
+    env.pop("TRAJFORGE_SERVE_TOKEN", None)
+    code = "import serve.asgi as a; print(type(a.app).__name__, a.app.state.served.order)"
+    refused = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "TRAJFORGE_SERVE_TOKEN" in refused.stderr
+    env["TRAJFORGE_SERVE_TOKEN"] = "t"
+    ok = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "FastAPI ['t/count', 't/free']" in ok.stdout, ok.stderr
+    spec = yaml.safe_load((ROOT / "openenv.yaml").read_text())
+    assert spec["app"] == "serve.asgi:app" and spec["runtime"] == "fastapi"
