@@ -160,7 +160,7 @@ class EnvPool:
         if slot.env is not None:
             # On its own thread when that is free; a step still hangs there (a timed-out
             # episode): from another thread, which kills what the step waits on.
-            closing = slot.call(_close_on_thread, slot.env) if not slot.busy else asyncio.to_thread(slot.env.close)
+            closing = slot.call(close_on_thread, slot.env) if not slot.busy else asyncio.to_thread(slot.env.close)
             with contextlib.suppress(Exception):  # already broken: the sandbox gc sweeps what is left
                 await asyncio.wait_for(closing, 60)
         slot.thread.shutdown(wait=False)
@@ -182,7 +182,7 @@ class EnvPool:
         self.idle.clear()
 
 
-def _close_on_thread(env: Any) -> None:
+def close_on_thread(env: Any) -> None:
     """Close an environment, then free what its thread holds for it (a Playwright driver)."""
     try:
         env.close()

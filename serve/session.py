@@ -32,7 +32,7 @@ from typing import Any
 
 from collectors.env import Task, load_suite
 from collectors.jobs import JobConfig, load_job
-from collectors.rollouts import env_key, episode_timeout, finish_episode, new_env, stamped
+from collectors.rollouts import close_on_thread, env_key, episode_timeout, finish_episode, new_env, stamped
 from collectors.wrappers import Recorder, StepLimit, WallTimeLimit
 from pipelines.store import Store, StoreWriter
 from pipelines.store.writer import WriterOptions
@@ -290,12 +290,7 @@ class Session:
     def _drop_env(self) -> None:
         env, self.env, self.key = self.env, None, None
         if env is not None:
-            try:
-                env.close()
-            finally:
-                release = getattr(env, "release_thread", None)
-                if release is not None:
-                    release()
+            close_on_thread(env)
 
 
 def _name(value: Any, what: str) -> str | None:
