@@ -12,7 +12,7 @@ its teardown), with origin ``collected``, the serving session as ``job_id``, the
 stated ``policy`` and ``model``, and ``provenance.extra`` ``{"served": {"session": ...},
 "stop_reason": ...}``. An episode is written when it ends (the task ends it, or a limit),
 or, cut short, when the client resets, closes, disconnects or goes idle; then its last
-step is marked truncated and its stop reason says which (``STOP_REASONS``).
+step is marked truncated and its stop reason says which (``schemas.transition.STOP_REASONS``).
 
 Sessions run their calls on one thread each (the server's executor): nothing here is
 shared between sessions but the writer, which takes a lock.
@@ -42,8 +42,6 @@ from schemas.transition import Observation, Provenance, Transition
 
 COLLECTOR = "trajforge.serve"
 COLLECTOR_VERSION = "1"
-#: Why a served episode ended: the task or a limit ended it, or the client cut it short.
-STOP_REASONS = ("complete", "max_steps", "timeout", "reset", "closed", "idle_timeout", "infra_error")
 #: The one action of every served domain that no domain has: the client ends the episode
 #: here (as a collection policy that stops); nothing is executed, the task's check scores it.
 END_EPISODE = "end_episode"
@@ -280,9 +278,17 @@ class Session:
         ep.done = True
         transitions = list(ep.recorder.transitions)
         if stop_reason in ("complete", "max_steps", "timeout"):
-            transitions = finish_episode(self.env, ep.task, transitions)
-        elif transitions and not (transitions[-1].terminated or transitions[-1].truncated):
-            transitions[-1] = replace(transitions[-1], truncated=True)
+            try:
+                transitions = finish_episode(self.env, ep.task, transitions)
+            except Exception:  # a sandbox that died at the end: its steps are kept, unscored; it is not reused
+                self._write(_cut(transitions), "infra_error")
+                self._drop_env()
+                raise
+        else:
+            transitions = _cut(transitions)
+        return self._write(transitions, stop_reason)
+
+    def _write(self, transitions: list[Transition], stop_reason: str) -> list[Transition]:
         transitions = stamped(transitions, stop_reason, extra={"served": {"session": self.id}})
         self.served.write(transitions)
         return transitions
@@ -291,6 +297,13 @@ class Session:
         env, self.env, self.key = self.env, None, None
         if env is not None:
             close_on_thread(env)
+
+
+def _cut(transitions: list[Transition]) -> list[Transition]:
+    """An episode cut short: its last step marked truncated (unless it ended)."""
+    if transitions and not (transitions[-1].terminated or transitions[-1].truncated):
+        transitions = [*transitions[:-1], replace(transitions[-1], truncated=True)]
+    return transitions
 
 
 def _name(value: Any, what: str) -> str | None:

@@ -104,9 +104,9 @@ def test_a_full_server_refuses_at_once_and_idle_sessions_are_reaped(job_file, tm
         await a.step({"action": "run", "command": "echo a"})
         await b.reset(task_id="t/free")
         t = time.monotonic()
-        with pytest.raises(RuntimeError, match="CAPACITY_REACHED"):
-            c = GenericEnvClient(base_url=url)
-            await c.reset(task_id="t/free")
+        async with connect(url.replace("http", "ws") + "/ws") as c:  # the server speaks first: the refusal, then close
+            refusal = json.loads(await asyncio.wait_for(c.recv(), 5))
+        assert refusal["type"] == "error" and refusal["data"]["code"] == "CAPACITY_REACHED"
         assert time.monotonic() - t < 5  # refused, not queued
         live = _sandboxes(served.run_id)
         assert len(live) == 2
@@ -257,3 +257,25 @@ def test_the_asgi_app_of_openenv_yaml_needs_a_token_and_serves_the_suite(job_fil
     assert ok.returncode == 0 and "FastAPI ['t/count', 't/free']" in ok.stdout, ok.stderr
     spec = yaml.safe_load((ROOT / "openenv.yaml").read_text())
     assert spec["app"] == "serve.asgi:app" and spec["runtime"] == "fastapi"
+
+
+def test_a_sandbox_that_dies_keeps_its_recorded_steps_and_the_next_reset_gets_a_fresh_one(job_file, tmp_path):
+    served = _served(job_file, tmp_path)
+
+    async def scenario(url):
+        async with GenericEnvClient(base_url=url) as env:
+            await env.reset(task_id="t/free", policy="doomed")
+            await env.step({"action": "run", "command": "echo before"})
+            await env.step({"action": "run", "command": "(sleep 0.5; kill -9 -1) >/dev/null 2>&1 &"})
+            await asyncio.sleep(2)
+            with pytest.raises(RuntimeError, match="EXECUTION_ERROR"):
+                await env.step({"action": "end_episode"})  # the check cannot score a dead sandbox
+            again = await env.reset(task_id="t/free", policy="doomed")
+            r = await env.step({"action": "run", "command": "echo alive"})
+            assert again.observation["task_id"] == "t/free" and "alive" in r.observation["text"]
+
+    with running(served) as url:
+        asyncio.run(scenario(url))
+    rows = _rows(tmp_path / "store", "SELECT step, reward, truncated, provenance.extra AS extra FROM transitions ORDER BY step")
+    dead = [r for r in rows if json.loads(r["extra"])["stop_reason"] == "infra_error"]
+    assert [r["step"] for r in dead] == [0, 1] and dead[-1]["truncated"] and all(r["reward"] is None for r in dead)
