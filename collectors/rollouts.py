@@ -14,7 +14,7 @@ kind, checked for liveness when taken. What is admitted, and when:
 - the first model call of a policy that does not need the first screen
   (``overlap_start``) goes out while its sandbox starts.
 
-Every episode ends with a stop reason (``STOP_REASONS``), recorded in its ledger line and
+Every episode ends with a stop reason (``schemas.transition.STOP_REASONS``), recorded in its ledger line and
 in each of its transitions' ``provenance.extra`` beside the step's model cost
 (``{"stop_reason": ..., "llm": {"prompt_tokens", "completion_tokens", "latency_ms",
 "retries", "view", ...}}``). Only an infrastructure failure (a dead sandbox, a model
@@ -51,11 +51,6 @@ from schemas.transition import Provenance, Transition, canonical_json
 
 COLLECTOR = "trajforge.collectors"
 COLLECTOR_VERSION = "1"
-
-#: Why an episode ended: the policy or the environment ended it; a step limit; the model's
-#: context was full; a time limit (step, episode); the infrastructure failed (after
-#: retries); the model endpoint refused the request for good.
-STOP_REASONS = ("complete", "max_steps", "context_length", "timeout", "infra_error", "policy_error")
 
 #: What a task may set of its sandbox (``extra.sandbox``: an imported task's own image and resources).
 TASK_SANDBOX_KEYS = frozenset({"image", "memory_mb", "cpus", "disk_mb", "pids", "writable"})

@@ -134,6 +134,22 @@ ORIGINS: tuple[str, ...] = ("collected", "imported", "simulated")
 #: Whether its next state came from really executing the action (``not_executed``:
 #: generated, mocked or summarised), or nobody can tell (``unknown``).
 EXECUTED: tuple[str, ...] = ("executed", "not_executed", "unknown")
+#: Why an episode ended (``provenance.extra.stop_reason``): the policy or the environment
+#: ended it; a step limit; the model's context was full; a time limit (step, episode); the
+#: infrastructure failed (after retries); the model endpoint refused the request for good;
+#: and, for a served session, the client cut it short by a reset, a close or a disconnect,
+#: or by going idle.
+STOP_REASONS: tuple[str, ...] = (
+    "complete",
+    "max_steps",
+    "context_length",
+    "timeout",
+    "infra_error",
+    "policy_error",
+    "reset",
+    "closed",
+    "idle_timeout",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from pydantic import Field, field_validator, model_validator
 
 from schemas.config import StrictConfig as Strict
 from schemas.config import load_yaml_model
-from schemas.transition import DOMAINS
+from schemas.transition import DOMAINS, STOP_REASONS
 
 STAGES = ("cpt", "sft", "rl")
 SPLITS = ("train", "validation", "test")
@@ -111,10 +111,8 @@ class ProvenanceFilter(Strict):
         default_factory=dict
     )
     keep_below: dict[str, float] = Field(default_factory=dict)  # set by the build for max_share (recorded in the manifest)
-    # why the episode ended (collectors.rollouts.STOP_REASONS; none: not recorded); None takes every one
-    stop_reasons: (
-        list[Literal["complete", "max_steps", "context_length", "timeout", "infra_error", "policy_error", "none"]] | None
-    ) = None
+    # why the episode ended (schemas.transition.STOP_REASONS; none: not recorded); None takes every one
+    stop_reasons: list[Literal[(*STOP_REASONS, "none")]] | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _some(self) -> ProvenanceFilter:
