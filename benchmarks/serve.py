@@ -60,6 +60,9 @@ TASKS = [
 ]
 
 
+SERVERS: list[subprocess.Popen] = []  # stopped on the way out whatever happens, so none outlives the run
+
+
 def start_server(tmp: Path, job: dict, run_id: str, **flags) -> tuple[subprocess.Popen, str]:
     (tmp / "suite.yaml").write_text(yaml.safe_dump({"tasks": TASKS}))
     (tmp / f"{run_id}.yaml").write_text(yaml.safe_dump({"job_id": run_id, "tasks": ["suite.yaml"], **job}))
@@ -68,6 +71,7 @@ def start_server(tmp: Path, job: dict, run_id: str, **flags) -> tuple[subprocess
     for k, v in flags.items():
         cmd += [f"--{k.replace('_', '-')}", str(v)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    SERVERS.append(proc)
     line = proc.stdout.readline()
     if "ws://" not in line:
         raise SystemExit(f"server did not start: {line}{proc.stderr.read()}")
@@ -283,4 +287,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        for p in SERVERS:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=300)

@@ -71,9 +71,8 @@ def serve(
         f" (run {served.run_id}{', recording into ' + store if store and not no_store else ''})",
         flush=True,
     )
-    stopped: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn shuts down gracefully, then raises the signal again: ours
-        signal.signal(sig, lambda signum, _frame: stopped.append(signum))
+    for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn shuts down gracefully, then raises the signal again:
+        signal.signal(sig, lambda *_: None)  # once it has, the cleanup below runs and the process exits 0
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
