@@ -53,7 +53,7 @@ class ReadChunks(beam.DoFn):
         self.sfs = Store.open(self.store_uri).sfs
         self.index = plain.eval_index(self.cfg)
 
-    def process(self, item: tuple[int, str]) -> Iterator[Any]:
+    def process(self, item: tuple[int, Any]) -> Iterator[Any]:  # where: a path, or (path, row span or None)
         shard, where = item
         for out in plain.read_piece(self.sfs, shard, where, self.cfg, self.index):
             yield beam.pvalue.TaggedOutput(QUARANTINE, out) if isinstance(out, Decision) else out
