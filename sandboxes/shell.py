@@ -100,10 +100,14 @@ __tf_dir={d}; __tf_tok=-
 __tf_prompt() {{
   local rc=$?
   __tf_n=$((__tf_n + 1))
+  # the hook's own programs run in bash's process group (no job control), so that they never
+  # hold the terminal: a reader that saw the new status meanwhile would think a program still ran
+  local jc=0; [[ $- == *m* ]] && jc=1 && set +m
   [ -d "$__tf_dir" ] || mkdir -m 700 "$__tf_dir"
   printf '%s %s %s\n%s' "$__tf_n" "$__tf_tok" "$rc" "$PWD" > "$__tf_dir/status.tmp" \
     && mv -f "$__tf_dir/status.tmp" "$__tf_dir/status"
   stty -echo 2>/dev/null
+  [ "$jc" = 1 ] && set -m
   printf '\033]7717;%s\007' "$__tf_n"
   printf x 1<> "$__tf_dir/wake"
   return $rc
@@ -160,6 +164,10 @@ nap() {{  # until the shell wakes us, at most $1 microseconds and never past the
   local now=${{EPOCHREALTIME/./}} t=$1; (( now + t > end )) && t=$(( end - now )); (( t <= 0 )) && return 1
   printf -v t '%d.%06d' $(( t / 1000000 )) $(( t % 1000000 )); read -r -t "$t" -n 1 -u 9 _; return 0
 }}
+idle() {{  # the terminal's foreground program waits (for input): a running or exiting one may yet print
+  local st; read -r st < /proc/$tpgid/stat 2>/dev/null || return 1
+  set -- ${{st##*) }}; [ "$1" = S ] || [ "$1" = T ] || [ "$1" = t ]
+}}
 tx() {{ tmux -S "$D/sock" send-keys -t tf "$@"; }}
 state; n0=$n; done=0; typed=0; rotated=0; flush=1
 if [ "$MODE" = run ]; then
@@ -178,7 +186,7 @@ elif [ "$MODE" = keys ]; then
   size0=$(stat -c %s "$D/log"); seen=$size0; quiet=${{EPOCHREALTIME/./}}
   fg0=0; [ "$up" = 1 ] && [ "$pgrp" = "$tpgid" ] && fg0=1  # bash itself owned the terminal before the keys
   {keys}
-  while nap 50000; do  # until the prompt is back, or the program's answer has stopped growing for 0.3 s
+  while nap 50000; do  # until the prompt is back, or the program's answer has stopped growing for 0.3 s and it waits
     state; [ "$up" = 0 ] && break; [ "$prompt" = 1 ] && (( n > n0 )) && break
     now=${{EPOCHREALTIME/./}}
     # the program that ran has ended and bash owns the terminal again: its hook is about to
@@ -186,7 +194,7 @@ elif [ "$MODE" = keys ]; then
     [ "$fg0" = 0 ] && [ "$pgrp" = "$tpgid" ] && quiet=$now && settle_end=$end
     (( now >= settle_end )) && break
     sz=$(stat -c %s "$D/log")
-    if [ "$sz" != "$seen" ]; then seen=$sz; quiet=$now; elif (( sz > size0 && now - quiet >= 300000 )); then break; fi
+    if [ "$sz" != "$seen" ]; then seen=$sz; quiet=$now; elif (( sz > size0 && now - quiet >= 300000 )) && idle; then break; fi
   done
   state; [ "$prompt" = 1 ] && (( n > n0 )) && done=1
 else
@@ -409,7 +417,7 @@ class ShellSession:
         """Type into whatever runs in the pane; ``literal=False`` takes tmux key names (``C-c``, ``Up``).
 
         Waits until the shell is back at its prompt, or the program's answer has stopped
-        growing for 0.3 s, or ``settle`` seconds; reports what the pane printed and whether
+        growing for 0.3 s while it waits for input, or ``settle`` seconds; reports what the pane printed and whether
         a program still runs."""
         flag = "-l -- " if literal else ""
         cmd = f"tx {flag}{shlex.quote(keys)}" + (" && tx Enter" if enter else "")
