@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers sandboxes demo test test-unit lint bench-store bench-sandboxes bench-collect bench-curate bench-curate-small bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub bench-security clean
+.PHONY: install system-deps mcp-servers verifiers-env sandboxes demo test test-unit lint bench-store bench-sandboxes bench-collect bench-curate bench-curate-small bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub bench-security clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -56,7 +56,7 @@ demo: install system-deps mcp-servers
 	$(VENV)/bin/trajforge train eval --model $(STORE)/runs/tiny-sft --store $(STORE) --release demo/1 --max-samples 4 --max-new-tokens 32 --rollouts 2
 	$(VENV)/bin/trajforge sim compare examples/jobs/terminal-swe.yaml --model $(STORE)/runs/tiny-sft --max-new-tokens 32  # the tiny world model beside the real environments
 
-test: install sandboxes mcp-servers
+test: install sandboxes mcp-servers verifiers-env
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests
 
@@ -83,6 +83,18 @@ bench-curate: install
 
 bench-curate-small: install
 	$(PY) benchmarks/curate_small.py
+
+# verifiers pins its own mcp and openai (mcp==2.0.0, openai<3), which trajforge's stack cannot
+# share: its adapter (serve/verifiers.py) runs in a virtual environment of its own, with
+# openenv-core's client, this repository without its dependencies, and uv (verifiers runs its
+# chat program with it).
+.venv-verifiers/.installed: pyproject.toml
+	$(PYTHON) -m venv .venv-verifiers
+	.venv-verifiers/bin/pip install -q "verifiers==0.4.0" "openenv-core>=0.3,<0.4" "uv>=0.9,<1"
+	.venv-verifiers/bin/pip install -q --no-deps -e .
+	@touch $@
+
+verifiers-env: .venv-verifiers/.installed
 
 # datatrove goes into a virtual environment of its own: a benchmark's baseline, not a dependency.
 # (xxhash < 4: datatrove 0.10.1 hashes str, which xxhash 4 refuses.)

@@ -3,8 +3,9 @@
     trajforge sim serve --model runs/sft/final --port 8000   # POST /v1/chat/completions, GET /v1/models
 
 Enough of the API for ``SimEnv``'s endpoint backend and any OpenAI client: ``messages``,
-``temperature``, ``top_p``, ``max_tokens``, ``seed`` (and vLLM's ``min_tokens``); the reply
-carries ``usage``. Requests are answered one generate at a time. For real serving at
+``temperature``, ``top_p``, ``max_tokens``, ``seed`` (and vLLM's ``min_tokens``), ``stream``
+(the whole answer in one event; ``stream_options.include_usage``); the reply carries ``usage``.
+Requests are answered one generate at a time. For real serving at
 scale use vLLM or SGLang; this serves tests, laptops and a single GPU.
 """
 
@@ -64,6 +65,24 @@ def make_server(backend: Backend, name: str, host: str = "127.0.0.1", port: int 
             self.end_headers()
             self.wfile.write(data)
 
+        def _stream(self, reply: dict[str, Any], options: Any) -> None:
+            """``reply`` as the API's server-sent events: the answer in one chunk, the finish,
+            the usage when ``stream_options.include_usage`` asks, then ``[DONE]``."""
+            head = {k: reply[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+            choice = reply["choices"][0]
+            chunks = [
+                head | {"choices": [{"index": 0, "delta": choice["message"], "finish_reason": None}]},
+                head | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+            ]
+            if isinstance(options, dict) and options.get("include_usage") is True:
+                chunks.append(head | {"choices": [], "usage": reply["usage"]})
+            data = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/models", "/models"):
                 self._send(200, {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "trajforge"}]})
@@ -80,7 +99,11 @@ def make_server(backend: Backend, name: str, host: str = "127.0.0.1", port: int 
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("the body must be a JSON object")
-                self._send(200, chat_reply(backend, name, body))
+                reply = chat_reply(backend, name, body)
+                if body.get("stream") is True:
+                    self._stream(reply, body.get("stream_options"))
+                else:
+                    self._send(200, reply)
             except ValueError as exc:
                 self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
 

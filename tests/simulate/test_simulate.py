@@ -263,6 +263,14 @@ def test_the_openai_backend_against_a_real_sim_serve(planted, tmp_path):
 
         models = requests.get(f"{url}/models", timeout=30).json()
         assert models["data"][0]["id"] == "tiny-wm"
+        import openai
+
+        client = openai.OpenAI(base_url=url, api_key="none")
+        ask = {"model": "tiny-wm", "messages": [{"role": "user", "content": START.text}], "max_tokens": 16}
+        whole = client.chat.completions.create(**ask)
+        chunks = list(client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
+        assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens > 0  # the clients that stream
         bad = requests.post(f"{url}/chat/completions", json={"model": "tiny-wm", "messages": []}, timeout=30)
         assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
     finally:
