@@ -11,12 +11,38 @@ import os
 
 from schemas.errors import ConfigError, require
 
+# Runners Beam knows only by their class path: the short name a user types, and the class. Beam's
+# DaskRunner lacks what these pipelines need (tagged outputs, branches, stable grouping): the
+# subclass in pipelines.beam_dask has it, and takes Beam's full path too.
+DASK = "pipelines.beam_dask.DaskRunner"
+RUNNER_PATHS = {"DaskRunner": DASK, "apache_beam.runners.dask.dask_runner.DaskRunner": DASK}
+
+
+def with_runner_paths(args: list[str]) -> list[str]:
+    """``args`` with a short runner name (``--runner DaskRunner``) made the class path Beam wants."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        if a.startswith("--runner="):
+            a = "--runner=" + RUNNER_PATHS.get(a.split("=", 1)[1], a.split("=", 1)[1])
+        elif i and args[i - 1] == "--runner":
+            a = RUNNER_PATHS.get(a, a)
+        out.append(a)
+    return out
+
+
+def load_runner_options(args: list[str]) -> None:
+    """Import the runner modules ``args`` name by path: their options (``--dask_client_address``)
+    exist for Beam's parser only once the module that declares them is imported."""
+    if any(DASK in a for a in args):
+        require("distributed", "dask")  # the DaskRunner's module needs dask's distributed client
+        import pipelines.beam_dask  # noqa: F401  (declares --dask_client_address and the others)
+
 
 def beam_args_for(runner: str, extra: list[str], workers: int) -> list[str]:
     """Beam's options for ``--runner R`` and the user's extra ones; Beam's local runner is
     the portable in-process one in multi-process mode (its newer default fetches a binary).
     Curation, releases and Beam collection all start their pipelines with these."""
-    args = [f"--runner={runner}", *extra]
+    args = with_runner_paths([f"--runner={runner}", *extra])
     if runner in ("DirectRunner", "FnApiRunner") and not any(a.startswith("--direct_running_mode") for a in extra):
         args.append("--direct_running_mode=multi_processing")
     if runner in ("DirectRunner", "FnApiRunner") and not any(a.startswith("--direct_num_workers") for a in extra):
@@ -28,9 +54,10 @@ def beam_options(beam_args: list[str] | None):
     """The user's Beam options as given, or Beam's local runner with a worker per core."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    args = list(beam_args or [])
+    args = with_runner_paths(list(beam_args or []))
     if not any(a.startswith("--runner") for a in args):
         args = beam_args_for("DirectRunner", args, os.cpu_count() or 1)
+    load_runner_options(args)
     return PipelineOptions(args)
 
 
@@ -48,6 +75,7 @@ def _checked_options(args: list[str]):
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     from apache_beam.runners import create_runner
 
+    load_runner_options(args)
     options = PipelineOptions(args)
     err = io.StringIO()
     try:
@@ -64,6 +92,6 @@ def _checked_options(args: list[str]):
         create_runner(runner)
     except ValueError:
         raise ConfigError(
-            f"--runner {runner}: not a Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...)"
+            f"--runner {runner}: not a Beam runner (DirectRunner, DaskRunner, DataflowRunner, FlinkRunner, SparkRunner, ...)"
         ) from None
     return options

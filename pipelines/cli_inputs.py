@@ -88,8 +88,9 @@ def checked_beam_args(args: list[str]) -> list[str]:
     has started."""
     if not args:
         return args
-    from pipelines.beam_options import beam_args_for, check_beam_options
+    from pipelines.beam_options import beam_args_for, check_beam_options, with_runner_paths
 
+    args = with_runner_paths(args)
     full = args if any(a.startswith("--runner") for a in args) else beam_args_for("DirectRunner", args, 1)
     check_beam_options(full)
     return args

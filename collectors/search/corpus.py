@@ -144,11 +144,29 @@ def _clean(text: str) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", text)  # object reprs in signatures differ from run to run
 
 
+class _Elided:
+    def __repr__(self) -> str:
+        return "..."
+
+
+def _literal(value: object) -> bool:
+    if isinstance(value, tuple):
+        return all(_literal(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, complex, str, bytes))
+
+
 def _signature(name: str, obj: object) -> str:
+    """``name(params)``; a default that is not a literal shows as ``...``: its repr is the
+    process's state (``logging.shutdown``'s list of live handlers), not the library's."""
     try:
-        return _clean(f"{name}{inspect.signature(obj)}")
+        sig = inspect.signature(obj)
     except (TypeError, ValueError):
         return name
+    params = [
+        p.replace(default=_Elided()) if p.default is not p.empty and not _literal(p.default) else p
+        for p in sig.parameters.values()
+    ]
+    return _clean(f"{name}{sig.replace(parameters=params)}")
 
 
 def _defined_in(obj: object, module: str) -> bool:

@@ -278,7 +278,11 @@ def run_pass(
     _ = (decisions, kept) | "WriteShards" >> WriteShards(store_uri, every_read, work, cid, cfg)
     result = p.run()
     result.wait_until_finish()
-    return {c.key.metric.name: c.committed for c in result.metrics().query()["counters"] if c.key.metric.namespace == "index"}
+    try:
+        counters = result.metrics().query()["counters"]
+    except NotImplementedError:  # a runner without metrics (Dask's): the counts are unknown, not zero
+        return {}
+    return {c.key.metric.name: c.committed for c in counters if c.key.metric.namespace == "index"}
 
 
 def _pass_counters(work: Path, rows: dict[int, int]):
