@@ -166,7 +166,6 @@ class DaskRunner(_dr.DaskRunner):
         return Visitor()
 
     def run_pipeline(self, pipeline, options):
-        import dask
         import dask.distributed as ddist
 
         dask_options = options.view_as(_dr.DaskOptions).get_all_options(drop_default=True, current_only=True)
@@ -175,7 +174,7 @@ class DaskRunner(_dr.DaskRunner):
         pipeline.replace_all(_dr.dask_overrides())
         visitor = self.to_dask_bag_visitor(bag_kwargs)
         pipeline.visit(visitor)
-        futures = client.compute(list(dask.optimize(*visitor.leaves())))
+        futures = client.compute(visitor.leaves())  # optimised as one graph: shared parts fuse alike
         return _Result(client, futures)
 
 
