@@ -10,6 +10,9 @@ pipeline to Dask bags, and three of its gaps break these pipelines:
   (main or tagged) is its own bag, filtered from the transform's.
 - **Branches.** Only the last transform's bag is computed, so a branch that does not end
   there never runs. Here every leaf bag is computed.
+- **Side inputs.** Each bundle computes its side inputs again inside its task, as a graph
+  of its own whose keys clash with the pipeline's (Dask warns "different run_spec"). Here
+  they are the task's dependencies, computed once by the scheduler.
 - **Grouping.** ``GroupByKey`` is a bag ``groupby`` on Python's ``hash``, which differs
   between worker processes for strings (each has its own hash seed), so a key's values can
   land in two groups. Here keys are partitioned by a stable digest and grouped by equality.
@@ -49,10 +52,16 @@ class _GroupByKey(_te.GroupByKey):
         return input_bag.groupby(lambda item: _digest(item[0])).map(_group).flatten()
 
 
-def _dofn_bundle(items, fn, window_fn, invoker_kwargs):
+def _windowed(values: list, window_fn) -> list:
+    return [_te.get_windowed_value(v, window_fn) for v in values]
+
+
+def _dofn_bundle(items, fn, window_fn, invoker_kwargs, sides, *side_values):
     """Beam's ``apply_dofn_to_bundle`` with receivers of its own (a worker may run bundles
     side by side), keeping each tagged output's tag (Beam's drops it) and the outputs of
-    ``finish_bundle`` (Beam's takes them before)."""
+    ``finish_bundle`` (Beam's takes them before). Side inputs come in as values the
+    scheduler computed for this task (Beam's compute them again inside the task, a graph of
+    their own whose shared keys clash with the pipeline's)."""
     receivers = _te.OneReceiver()
     handler = _te._OutputHandler(
         window_fn=window_fn,
@@ -63,7 +72,10 @@ def _dofn_bundle(items, fn, window_fn, invoker_kwargs):
         process_yields_batches=False,
         process_batch_yields_elements=False,
     )
-    invoker = _te.DoFnInvoker.create_invoker(_te.DoFnSignature(fn), handler, **invoker_kwargs)
+    side_inputs = [
+        SideInputMap(kind, opts, _windowed(vals, fn_)) for (kind, opts, fn_), vals in zip(sides, side_values, strict=True)
+    ]
+    invoker = _te.DoFnInvoker.create_invoker(_te.DoFnSignature(fn), handler, side_inputs=side_inputs, **invoker_kwargs)
     invoker.invoke_setup()
     invoker.invoke_start_bundle()
     for it in items:
@@ -75,22 +87,30 @@ def _dofn_bundle(items, fn, window_fn, invoker_kwargs):
     ]
 
 
+def _concat(*parts: list) -> list:
+    return [x for part in parts for x in part]
+
+
 class _ParDo(_te.ParDo):
     def apply(self, input_bag, side_inputs=None):
+        """``side_inputs``: (kind, view options, window mapping, bag) of each side input."""
+        import dask
+
         transform = self.transform
         args, kwargs = transform.raw_side_inputs
         main_input = next(iter(self.applied.main_inputs.values()))
         window_fn = main_input.windowing.windowfn if hasattr(main_input, "windowing") else None
         invoker_kwargs = dict(
             context=_te.DoFnContext(transform.label, state=None),
-            side_inputs=side_inputs,
             input_args=list(args),
             input_kwargs=kwargs,
             user_state_context=None,
             bundle_finalizer_param=_te.DoFn.BundleFinalizerParam(),
         )
+        sides = [(kind, opts, fn) for kind, opts, fn, _ in side_inputs or []]
+        values = [dask.delayed(_concat)(*bag.to_delayed()) for *_, bag in side_inputs or []]
         return input_bag.map(_te.get_windowed_value, window_fn).map_partitions(
-            _dofn_bundle, transform.fn, window_fn, invoker_kwargs
+            _dofn_bundle, transform.fn, window_fn, invoker_kwargs, sides, *values
         )
 
 
@@ -145,9 +165,6 @@ class DaskRunner(_dr.DaskRunner):
                     self.outputs[key] = whole.map_partitions(_of_tag(pcoll.tag))
                 return self.outputs[key]
 
-            def view_of(self, si):
-                return _te.DaskBagWindowedIterator(self.bag_of(si.pvalue), si._window_mapping_fn)
-
             def visit_transform(self, node) -> None:
                 op_class = TRANSLATIONS.get(node.transform.__class__, _te.NoOp)
                 op = op_class(node, bag_kwargs=bag_kwargs)
@@ -156,8 +173,10 @@ class DaskRunner(_dr.DaskRunner):
                 bags = [b for b in (self.bag_of(i) for i in inputs) if b is not None]
                 if bags:
                     kws["input_bag"] = bags[0] if len(bags) == 1 and not isinstance(op, _te.Flatten) else bags
-                if node.side_inputs:
-                    kws["side_inputs"] = [SideInputMap(type(si), si._view_options(), self.view_of(si)) for si in node.side_inputs]
+                if node.side_inputs:  # materialised by the scheduler, as dependencies of each bundle
+                    kws["side_inputs"] = [
+                        (type(si), si._view_options(), si._window_mapping_fn, self.bag_of(si.pvalue)) for si in node.side_inputs
+                    ]
                 self.outputs[(node, "*")] = op.apply(**kws)
 
             def leaves(self) -> list:
