@@ -24,6 +24,7 @@ with them treat the counts as unknown.
 from __future__ import annotations
 
 import hashlib
+import numbers
 import pickle
 from typing import Any
 
@@ -33,9 +34,26 @@ from apache_beam.runners.dask import transform_evaluator as _te
 from apache_beam.runners.dask.overrides import _GroupByKeyOnly
 from apache_beam.transforms.sideinputs import SideInputMap
 
+_MASK = (1 << 64) - 1
+
 
 def _digest(key: Any) -> int:
-    """A hash of ``key`` that every process agrees on (``hash`` of a str does not)."""
+    """A hash of ``key`` that every process agrees on and that keeps Python's equality: the
+    hash of a str (or of what holds one) is seeded per process; numbers' hashes are not, and
+    equal numbers of other types (``numpy.int64(3)``, ``3``) hash alike."""
+    if isinstance(key, str):
+        key = key.encode()
+    if isinstance(key, bytes):
+        return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+    if key is None or isinstance(key, numbers.Number):
+        return hash(key) & _MASK
+    if isinstance(key, tuple):
+        h = 0x345678
+        for k in key:
+            h = ((h ^ _digest(k)) * 1000003) & _MASK
+        return h ^ len(key)
+    if isinstance(key, frozenset):
+        return sum(_digest(k) for k in key) & _MASK
     return int.from_bytes(hashlib.blake2b(pickle.dumps(key, protocol=4), digest_size=8).digest(), "big")
 
 

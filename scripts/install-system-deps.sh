@@ -4,11 +4,14 @@
 # Chromium for web episodes (Playwright drives it; it cannot download its own browser here),
 # git for the SWE tasks and the MCP git server; a desktop for OS episodes (Xvfb, openbox,
 # D-Bus, AT-SPI with the GTK bridge, Debian's pyatspi, xdotool, ImageMagick, GTK apps); the
-# adb server for Android episodes (real devices, emulators, or the shipped simulator).
+# adb server for Android episodes (real devices, emulators, or the shipped simulator); Slurm
+# and MUNGE for the Slurm array's test and benchmark (tests/deploy/slurm_cluster.py runs its
+# own munged, slurmctld and slurmd; their services are not started or needed).
 # Idempotent and quick when everything is present; `make test` and `make demo` call it.
 set -euo pipefail
 PKGS=(podman runc debootstrap bubblewrap tmux curl ca-certificates chromium git
-      xvfb openbox dbus-x11 at-spi2-core python3-pyatspi libatk-adaptor libgail-common xdotool zenity imagemagick mousepad xterm x11-utils adb)
+      xvfb openbox dbus-x11 at-spi2-core python3-pyatspi libatk-adaptor libgail-common xdotool zenity imagemagick mousepad xterm x11-utils adb
+      slurm-wlm munge)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -29,6 +29,7 @@ NEEDS = {
     "serve/test_serve.py": "sandbox",
     "serve/test_verifiers.py": "system",
     "pipelines/test_dask.py": "slow",
+    "deploy/test_slurm.py": "system",
     "collectors/test_jobs.py::test_exploration_episodes_are_valid_and_seeded": "sandbox",
     "collectors/test_jobs.py::test_kill_9_mid_job_then_rerun_collects_exactly_the_missing_episodes": "sandbox",
     "collectors/test_jobs.py::test_sandbox_dying_mid_episode_is_retried_then_recorded": "sandbox",

@@ -52,12 +52,17 @@ def moto_server(log: Path, *, start_timeout_s: float = 120.0) -> Iterator[str]:
                 time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; waits for the process either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def new_bucket(endpoint: str) -> str:
