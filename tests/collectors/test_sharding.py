@@ -100,7 +100,9 @@ def test_the_slurm_array_script_runs_its_task_as_a_shard(job_file, tmp_path):
         env = {
             **os.environ,
             "SLURM_ARRAY_TASK_ID": str(task),
-            "SLURM_ARRAY_TASK_COUNT": "2",
+            "SLURM_ARRAY_TASK_COUNT": "2",  # what Slurm sets for --array=0-1
+            "SLURM_ARRAY_TASK_MIN": "0",
+            "SLURM_ARRAY_TASK_MAX": "1",
             "JOB": str(job_file),
             "STORE": str(store),
             "TRAJFORGE": f"{sys.executable} -m trajforge",
