@@ -12,7 +12,7 @@ import os
 from schemas.errors import ConfigError, require
 
 # Runners Beam knows only by their class path: the short name a user types, and the class. Beam's
-# DaskRunner lacks what these pipelines need (tagged outputs, branches, stable grouping): the
+# DaskRunner lacks what these pipelines need (tagged outputs, branches, side inputs, grouping): the
 # subclass in pipelines.beam_dask has it, and takes Beam's full path too.
 DASK = "pipelines.beam_dask.DaskRunner"
 RUNNER_PATHS = {"DaskRunner": DASK, "apache_beam.runners.dask.dask_runner.DaskRunner": DASK}
