@@ -9,12 +9,14 @@ runner (multi-process, one worker per core: the default), and on a
 ``--runner DaskRunner``. Reports wall time (median of the repeats), the peak memory of each
 Dask worker process (its VmHWM, read from the worker after the run), the speed-up of 2
 workers over 1, and what the measured cost per transition says of 100M transitions on 100
-cores.
+cores. Every run's curated and rejected files must equal the in-process runner's, byte for
+byte (the report's timings aside).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -33,6 +35,17 @@ def _hwm_mb() -> float:
     return int(Path("/proc/self/status").read_text().split("VmHWM:")[1].split()[0]) / 1e3
 
 
+def written(store: Path) -> str:
+    """A digest of every file the curation wrote (kept and rejected rows, indexes), less the
+    report's timings: two runners that agree byte for byte give the same digest."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in ("curated", "rejected"):
+        for p in sorted(Path(store, part).rglob("*")):
+            if p.is_file() and p.name != "report.json":
+                h.update(str(p.relative_to(store)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
 def curate(base: Path, work: Path, extra: list[str]) -> tuple[float, dict]:
     store = work / "store"
     shutil.rmtree(store, ignore_errors=True)
@@ -43,7 +56,7 @@ def curate(base: Path, work: Path, extra: list[str]) -> tuple[float, dict]:
     wall = time.perf_counter() - t0
     if proc.returncode:
         raise SystemExit(f"curation failed ({' '.join(extra) or 'in-process'}): {proc.stderr.strip()[-2000:]}")
-    return wall, json.loads(proc.stdout)
+    return wall, json.loads(proc.stdout) | {"written": written(store)}
 
 
 def on_dask(base: Path, work: Path, workers: int, repeats: int) -> dict:
@@ -56,7 +69,7 @@ def on_dask(base: Path, work: Path, workers: int, repeats: int) -> dict:
             with Client(c) as client:
                 peaks += list(client.run(_hwm_mb).values())
         walls.append(wall)
-    return {"wall": statistics.median(walls), "worker_peak_mb": max(peaks), "kept": report["kept"]}
+    return {"wall": statistics.median(walls), "worker_peak_mb": max(peaks), "kept": report["kept"], "written": report["written"]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,15 +82,16 @@ def main(argv: list[str] | None = None) -> None:
         base = work / "base"
         synth = [sys.executable, "-m", "trajforge", "synth", str(base), "-n", str(args.n), "--duplicates", "0.1", "--seed", "11"]
         subprocess.run(synth, check=True, capture_output=True, cwd=ROOT)
-        walls, kept = [], None
+        walls, kept, files = [], None, None
         for _ in range(args.repeats):
             wall, report = curate(base, work, [])
             walls.append(wall)
-            kept = report["kept"]
+            kept, files = report["kept"], report["written"]
         rows = {"in-process (DirectRunner, 1 worker per core)": {"wall": statistics.median(walls), "worker_peak_mb": None}}
         for workers in (1, 2):
             r = on_dask(base, work, workers, args.repeats)
             assert r["kept"] == kept, f"Dask with {workers} worker(s) kept {r['kept']}, the in-process runner {kept}"
+            assert r["written"] == files, f"Dask with {workers} worker(s) wrote other files than the in-process runner"
             rows[f"Dask, {workers} worker{'s' if workers > 1 else ''}"] = r
         one, two = rows["Dask, 1 worker"]["wall"], rows["Dask, 2 workers"]["wall"]
         print(f"# {args.n:,} transitions, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}")

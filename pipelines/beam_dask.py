@@ -12,7 +12,9 @@ pipeline to Dask bags, and three of its gaps break these pipelines:
   there never runs. Here every leaf bag is computed.
 - **Side inputs.** Each bundle computes its side inputs again inside its task, as a graph
   of its own whose keys clash with the pipeline's (Dask warns "different run_spec"). Here
-  they are the task's dependencies, computed once by the scheduler.
+  they are the task's dependencies, the very tasks of the pipeline's graph (not an
+  optimised copy), computed once by the scheduler: a side input and the main path that
+  share a bundle see the same output of it.
 - **Grouping.** ``GroupByKey`` is a bag ``groupby`` on Python's ``hash``, which differs
   between worker processes for strings (each has its own hash seed), so a key's values can
   land in two groups. Here keys are partitioned by a stable digest and grouped by equality.
@@ -126,7 +128,11 @@ class _ParDo(_te.ParDo):
             bundle_finalizer_param=_te.DoFn.BundleFinalizerParam(),
         )
         sides = [(kind, opts, fn) for kind, opts, fn, _ in side_inputs or []]
-        values = [dask.delayed(_concat)(*bag.to_delayed()) for *_, bag in side_inputs or []]
+        # unoptimised: the side input's tasks keep their keys, so the scheduler runs each once
+        # for the side input and the pipeline alike (optimised apart, they are renamed copies
+        # that compute the same bundles a second time, and a bundle whose output is not
+        # deterministic, such as one batched by timings, then differs between its two uses)
+        values = [dask.delayed(_concat)(*bag.to_delayed(optimize_graph=False)) for *_, bag in side_inputs or []]
         return input_bag.map(_te.get_windowed_value, window_fn).map_partitions(
             _dofn_bundle, transform.fn, window_fn, invoker_kwargs, sides, *values
         )

@@ -105,6 +105,12 @@ class ExactDuplicates(beam.PTransform):
         )
 
 
+# Nodes per batch, fixed: a batch's id is its least key, and the batch's two outputs (its
+# signatures, its nodes) meet again by that id, so a bundle computed again (a lost worker's)
+# must batch alike; BatchElements sizes batches by timings unless the bounds are equal.
+NODE_BATCH = 2048
+
+
 class NearDuplicates(beam.PTransform):
     """(key, ``neardup.Node``) -> a ``neardup.Verdict`` per dropped node, as
     ``neardup.near_duplicates`` decides in one process: the nodes in batches, then
@@ -117,7 +123,7 @@ class NearDuplicates(beam.PTransform):
     def expand(self, nodes):
         return (
             nodes
-            | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=4096)
+            | "Batch" >> beam.BatchElements(min_batch_size=NODE_BATCH, max_batch_size=NODE_BATCH)
             | "Decide" >> NearDuplicateBatches(self.near)
         )
 

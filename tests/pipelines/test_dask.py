@@ -116,6 +116,31 @@ def test_beam_collection_on_dask_writes_the_local_runners_store(cluster, tmp_pat
     assert _bundles_run(cluster) > before  # the units ran as Dask tasks
 
 
+def test_a_side_input_is_the_same_computation_as_the_main_input_it_comes_from(cluster, tmp_path):
+    """A bundle's output used both as a side input and downstream is computed once: each
+    element gets a fresh random stamp, and the side input's stamps must be the ones the
+    main path carries (computed apart, as when the side input's graph was optimised on its
+    own, they differ, and so did near-dedup's batches, which were sized by timings)."""
+    import json
+    import uuid
+
+    import apache_beam as beam
+
+    from pipelines.beam_options import beam_options
+
+    out = tmp_path / "verdict.json"
+
+    def check(pairs, side):
+        stamps = dict(side)
+        out.write_text(json.dumps({"main": len(pairs), "side": len(stamps), "same": sum(stamps.get(k) == v for k, v in pairs)}))
+        return []
+
+    with beam.Pipeline(options=beam_options(_dask(cluster))) as p:
+        stamped = p | beam.Create(range(200)) | "Stamp" >> beam.Map(lambda i: (i, uuid.uuid4().hex))
+        _ = stamped | beam.combiners.ToList() | "Check" >> beam.FlatMap(check, beam.pvalue.AsList(stamped))
+    assert json.loads(out.read_text()) == {"main": 200, "side": 200, "same": 200}
+
+
 def test_a_worker_killed_mid_curation_costs_nothing_twice(tmp_path):
     """SIGKILL to one of two worker processes while the curation's tasks run: Dask gives its
     tasks to the other (its nanny restarts it); the curation completes with what the
