@@ -144,17 +144,15 @@ class LocalSandbox(Sandbox):
             "sleep",
             "infinity",
         ]
-        cgroup = self.cgroup
         try:
             self._proc = subprocess.Popen(
-                argv,
+                (self.cgroup.join_argv() if self.cgroup else []) + argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 pass_fds=(write_fd,),
                 start_new_session=True,
                 env=dict(BASE_ENV),  # bwrap is the sandbox's PID 1: its environment is readable inside
-                preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None,
             )
         finally:
             os.close(write_fd)
@@ -241,15 +239,14 @@ class LocalSandbox(Sandbox):
             "-i",
             *(f"{k}={v}" for k, v in env.items()),
         ]
-        cgroup, init_pid = self.cgroup, self.init_pid
+        init_pid = self.init_pid
         proc = subprocess.Popen(
-            enter + argv,
+            (self.cgroup.join_argv() if self.cgroup else []) + enter + argv,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-            preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None,
         )
         # nsenter leads the exec's session: its pid is the session of all the exec starts
         sweep = lambda: kill_exec(lambda: pids_in_namespace_of(init_pid), env[EXEC_MARK], (proc.pid,))  # noqa: E731

@@ -18,8 +18,9 @@ result (see ``_STEP`` for the script each step runs):
   ``PS0`` records in ``started`` that a line was read; an ``EXIT`` trap records an ``exit``.
   A FIFO wakes the waiting step, and ``/proc`` says whether bash is alive (pid and start
   time) and whether it owns the terminal's foreground.
-* **Commands** travel as a file written through the exec's stdin; the pane only ever sees
-  ``. ARM; __tf_tok=TOKEN; eval "$(< FILE)"; __tf_prompt``, whatever the command holds
+* **Commands** travel as a file the step writes (a short one from a ``$'...'`` literal in
+  the step's script, a long one from the exec's stdin); the pane only ever sees
+  ``. ARM; __tf_tok=TOKEN; eval "$(< FILE)"; __tf_prompt line``, whatever the command holds
   (sourcing ARM re-installs the hooks, so an overwritten ``PROMPT_COMMAND`` does not lose
   them, and a folder wiped with ``/tmp`` is made again by the next step).
 
@@ -99,6 +100,8 @@ __tf_dir={d}; __tf_tok=-
 [[ ${{__tf_n-}} =~ ^[0-9]+$ ]] || {{ read -r __tf_n _ < "$__tf_dir/status"; [[ $__tf_n =~ ^[0-9]+$ ]] || __tf_n=0; }} 2>/dev/null
 __tf_prompt() {{
   local rc=$?
+  # the typed line's own call ("line") reports; PROMPT_COMMAND's right after it has nothing new
+  if [[ $1 == line ]]; then __tf_line=1; elif [[ ${{__tf_line-}} == 1 ]]; then __tf_line=; return $rc; fi
   __tf_n=$((__tf_n + 1))
   # the hook's own programs run in bash's process group (no job control), so that they never
   # hold the terminal: a reader that saw the new status meanwhile would think a program still ran
@@ -173,11 +176,11 @@ state; n0=$n; done=0; typed=0; rotated=0; flush=1
 if [ "$MODE" = run ]; then
   while [ "$up" = 1 ] && [ "$free" = 0 ]; do nap 250000 || break; state; done
   if [ "$free" = 1 ]; then
-    size=$(stat -c %s "$D/log")
-    if [ "$size" = "$OFF" ] && (( size > {rotate} )); then : > "$D/log"; OFF=0; rotated=1; fi
-    line=". $D/arm; __tf_tok=$TOK; eval \"\$(< $D/cmd)\"; __tf_prompt"
+    # the log only grows past OFF: a log that can be rotated (all read, over the limit) has OFF over it
+    if (( OFF > {rotate} )) && [ "$(stat -c %s "$D/log")" = "$OFF" ]; then : > "$D/log"; OFF=0; rotated=1; fi
+    line=". $D/arm; __tf_tok=$TOK; eval \"\$(< $D/cmd)\"; __tf_prompt line"
     # one tmux call for the three keys: each tmux process start costs milliseconds
-    cat > "$D/cmd" && printf '%s\n' "$TOK" > "$D/last" \
+    {write_cmd} > "$D/cmd" && printf '%s\n' "$TOK" > "$D/last" \
       && tx C-u \; send-keys -t tf -l -- "$line" \; send-keys -t tf Enter && typed=1
   fi
   while [ "$up" = 1 ] && [ "$typed" = 1 ] && [ "$tok" != "$TOK" ]; do nap 250000 || break; state; done
@@ -207,7 +210,9 @@ if [ "$done" = 1 ] && [ "$flush" = 1 ]; then  # the pane's output has reached th
   # step's end (at least 3 s), nor once the log has stopped growing for 1 s.
   printf -v bar '\033]7717;%s\007' "$n"; now=${{EPOCHREALTIME/./}}; grow=$now
   flush_end=$(( end > now + 3000000 ? end : now + 3000000 )); pos=$OFF; last=-1
-  while :; do
+  # mostly the mark is among the log's last bytes already (prompt counts only grow: it is this step's)
+  [[ $(tail -c 4096 "$D/log" 2>/dev/null) == *"$bar"* ]] 2>/dev/null && flush=2
+  while [ "$flush" = 1 ]; do
     sz=$(stat -c %s "$D/log")
     if (( sz > pos )); then
       tail -c +$(( pos + 1 )) "$D/log" | head -c $(( sz - pos )) | grep -qaF -- "$bar" && break
@@ -225,7 +230,7 @@ if (( len > HEAD + TAIL )); then h=$HEAD; t=$TAIL; fi
 printf 'TF1 %s %s %s %s %s %s %s %s %s %s\n' "$up" "$done" "$prompt" "$typed" "$rotated" "$n" "$size" "$h" "$t" "$OFF"
 tail -c +$(( OFF + 1 )) "$D/log" | head -c "$h"
 (( t > 0 )) && tail -c +$(( size - t + 1 )) "$D/log" | head -c "$t"
-cat "$D/status" 2>/dev/null
+st=; IFS= read -r -d '' st < "$D/status" 2>/dev/null; printf '%s' "$st"  # a path holds no NUL
 {also}
 exit 0
 """
@@ -265,6 +270,15 @@ def _parse(raw: bytes) -> _Frame | None:
     if s is not None:
         code, cwd = int(s.group(3)), status[s.end() :].decode(errors="backslashreplace")
     return _Frame(up == 1, done == 1, prompt == 1, typed == 1, n, size, head, tail, size - off - h - t, code, cwd, also)
+
+
+_LITERAL_MAX = 4096  # bytes of a command passed in the script (4x that escaped: far below an argument's 128 KiB)
+_PLAIN = frozenset(b'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 _-+=.,:/@%^*()[]{}<>|&;!?#~$`"')
+
+
+def _ansi_c(data: bytes) -> str:
+    """``data`` as a bash ``$'...'`` word: the same bytes, every one but plain ASCII as ``\\xHH``."""
+    return "$'" + "".join(chr(b) if b in _PLAIN else f"\\x{b:02x}" for b in data) + "'"
 
 
 def _text(data: bytes) -> str:
@@ -309,16 +323,18 @@ class ShellSession:
         *,
         budget: float,
         settle: float = 0.0,
-        stdin: bytes | None = None,
         keys: str = ":",
         tok: str = "-",
         also: str | None = None,
+        command: bytes | None = None,
     ) -> _Frame:
         """Run the step script once; a frame that is not exactly right is never guessed at.
         ``also``: a command run at the end of the same exec (a listing of the files), whose
         stdout is the frame's ``also``: one round trip for the step and what the caller reads
-        after it."""
+        after it. ``command``: what ``run`` types; a short one is a literal in the script,
+        written by a builtin (no process), a long one comes through the exec's stdin."""
         cap = self.sandbox.config.output_cap_bytes
+        literal = command is not None and len(command) <= _LITERAL_MAX and b"\0" not in command
         script = _STEP.format(
             d=shlex.quote(self.dir),
             pid=self.pid,
@@ -335,8 +351,9 @@ class ShellSession:
             tmux=self._tmux,
             arm=self._arm,
             also=f"printf '\\0TF-ALSO\\0'; {{ {also}\n}} 2>/dev/null" if also else "",
+            write_cmd=f"printf %s {_ansi_c(command)}" if literal else "cat",
         )
-        code, raw = self.sandbox.exec_bytes(script, stdin=stdin, timeout=budget + 15)
+        code, raw = self.sandbox.exec_bytes(script, stdin=None if literal else command, timeout=budget + 15)
         frame = _parse(raw) if code == 0 else None
         if frame is None:
             self.check_alive()
@@ -403,7 +420,7 @@ class ShellSession:
         start = time.monotonic()
         try:
             tok = secrets.token_hex(8)
-            frame = self._step("run", budget=timeout, stdin=command.encode(errors="surrogateescape"), tok=tok, also=also)
+            frame = self._step("run", budget=timeout, command=command.encode(errors="surrogateescape"), tok=tok, also=also)
         except _Unknown as exc:
             return _unknown(exc, start, timed_out=True)
         if frame.done:

@@ -10,6 +10,7 @@ killed mid-episode (which was scored). Every test fails if its hole reopens.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 
 import pytest
@@ -71,6 +72,19 @@ def test_garbage_bytes_on_both_streams_are_recorded(sandbox):
     assert (r.exit_code, r.running) == (3, False) and isinstance(r.output, str)
     assert "timeout: \ufffd\ufffd size=x" in r.output
     assert sh.run("echo clean", timeout=20).output.endswith("clean\n")
+
+
+def test_a_commands_bytes_reach_bash_unchanged_short_or_long(sandbox):
+    """A short command travels as a $'...' literal in the step's script, a long one through
+    the exec's stdin: either way bash gets every byte (quotes, backslashes, $, backticks,
+    carriage returns, control and non-UTF-8 bytes), and the step itself runs none of it."""
+    sh = sandbox.shell()
+    payload = bytes(b for b in range(1, 256) if b != 10)  # all but NUL (bash drops it) and the newline
+    for copies in (1, 40):  # about 250 and 10,000 bytes: under and over the literal's limit
+        body = b"\n".join([payload] * copies) + b"\n"
+        command = b"cat > /tmp/typed <<'__END__'\n" + body + b"__END__\nwc -c < /tmp/typed; md5sum < /tmp/typed"
+        r = sh.run(command.decode("utf-8", "surrogateescape"), timeout=20)
+        assert r.exit_code == 0 and r.output.split() == [str(len(body)), hashlib.md5(body).hexdigest(), "-"], r.output
 
 
 def test_any_bytes_in_file_names_and_environment_are_recorded(sandbox_config):
