@@ -16,6 +16,7 @@ step's ``action_error``: a malformed action is data, not a crash::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -80,7 +81,7 @@ class ActionSpec:
     kind: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self), include_extras=True)
+        hints = _hints(type(self))
         fields = dataclasses.fields(self)
         for f in fields:  # every type first, then the limits: a limit may assume its type
             value = getattr(self, f.name)
@@ -125,6 +126,12 @@ class ActionSpec:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 required.append(f.name)
         return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A class's field types with their limits, evaluated once (each action checks them)."""
+    return typing.get_type_hints(cls, include_extras=True)
 
 
 def _plain(t: Any) -> Any:
