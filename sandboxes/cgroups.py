@@ -59,10 +59,6 @@ class Cgroup:
         (cpu / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
         (cpu / "cpu.cfs_quota_us").write_text(str(int(self.limits["cpu"] * CPU_PERIOD_US)))
 
-    def add(self, pid: int) -> None:
-        for d in self.dirs:
-            (d / "cgroup.procs").write_text(str(pid))
-
     def join_argv(self) -> list[str]:
         """A prefix for a command's argv that moves it into this group before it runs: a
         shell writes its own pid into the group, then becomes the command (``exec``), so
