@@ -41,13 +41,16 @@ _MASK = (1 << 64) - 1
 
 def _digest(key: Any) -> int:
     """A hash of ``key`` that every process agrees on and that keeps Python's equality: the
-    hash of a str (or of what holds one) is seeded per process; numbers' hashes are not, and
-    equal numbers of other types (``numpy.int64(3)``, ``3``) hash alike."""
+    hash of a str (or of what holds one) is seeded per process, and None's is its address
+    (a global combine's key); numbers' hashes are not, and equal numbers of other types
+    (``numpy.int64(3)``, ``3``) hash alike."""
     if isinstance(key, str):
         key = key.encode()
     if isinstance(key, bytes):
         return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
-    if key is None or isinstance(key, numbers.Number):
+    if key is None:  # Python 3.11 hashes None by its address: another in every process
+        return 0
+    if isinstance(key, numbers.Number):
         return hash(key) & _MASK
     if isinstance(key, tuple):
         h = 0x345678

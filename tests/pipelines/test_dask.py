@@ -116,6 +116,22 @@ def test_beam_collection_on_dask_writes_the_local_runners_store(cluster, tmp_pat
     assert _bundles_run(cluster) > before  # the units ran as Dask tasks
 
 
+def test_grouping_digests_agree_between_processes():
+    """Keys go to a Dask partition by ``_digest``: every worker process must give a key the
+    same one (a global combine's key is None, which Python 3.11 hashes by its address, and
+    str hashes are seeded per process), and equal keys of other types must match."""
+    keys = "[None, 'a', ('x', None, 3), 3, 2.5, b'k', frozenset({'p', 'q'})]"
+    code = f"from pipelines.beam_dask import _digest; print([_digest(k) for k in {keys}])"
+    run = [sys.executable, "-c", code]
+    runs = {subprocess.run(run, capture_output=True, text=True, cwd=ROOT, check=True).stdout for _ in range(3)}
+    assert len(runs) == 1 and runs.pop().count(",") == 6
+    import numpy as np
+
+    from pipelines.beam_dask import _digest
+
+    assert _digest(np.int64(3)) == _digest(3) == _digest(3.0)
+
+
 def test_a_side_input_is_the_same_computation_as_the_main_input_it_comes_from(cluster, tmp_path):
     """A bundle's output used both as a side input and downstream is computed once: each
     element gets a fresh random stamp, and the side input's stamps must be the ones the
