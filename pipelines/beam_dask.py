@@ -16,7 +16,8 @@ pipeline to Dask bags, and three of its gaps break these pipelines:
   optimised copy), computed once by the scheduler: a side input and the main path that
   share a bundle see the same output of it.
 - **Grouping.** ``GroupByKey`` is a bag ``groupby`` on Python's ``hash``, which differs
-  between worker processes for strings (each has its own hash seed), so a key's values can
+  between worker processes for strings (each has its own hash seed) and, on Python 3.11,
+  for None (a global combine's key: hashed by address), so a key's values can
   land in two groups. Here keys are partitioned by a stable digest and grouped by equality.
 
 Metrics are not collected (Beam's Dask result raises on ``metrics()``): callers that count
