@@ -89,6 +89,7 @@ class SandboxEnv(Environment, SandboxBacked):
         self._clean: str | None = None
         self.shell: ShellSession | None = None
         self._files: dict[str, tuple[int, int]] = {}
+        self._host_lists = False
 
     def _fresh(self, task: Task | None) -> float:
         """Back to a clean sandbox with the task set up; returns the reset time in ms."""
@@ -108,12 +109,24 @@ class SandboxEnv(Environment, SandboxBacked):
         """An action's own timeout, capped by the job's step timeout (the sandbox's exec limit)."""
         return min(timeout, self.sandbox_config.exec_timeout_s)
 
-    #: /work's files (at most 5000): NUL-separated fields, so any byte in a name is only data
-    LISTING = f"find {WORKDIR} -type f -printf '%s\\0%T@\\0%P\\0' 2>/dev/null | head -z -n 15000"
+    MAX_FILES = 5000
+    #: /work's files (at most MAX_FILES), where the host cannot read them itself: NUL-separated
+    #: fields, so any byte in a name is only data
+    LISTING = f"find {WORKDIR} -type f -printf '%s\\0%T@\\0%P\\0' 2>/dev/null | head -z -n {3 * MAX_FILES}"
+
+    @property
+    def _also(self) -> str | None:
+        """The listing a shell step runs in its own round trip, unless the host reads /work itself."""
+        return None if self._host_lists else self.LISTING
 
     def _listing(self, out: bytes | None = None) -> dict[str, tuple[int, int]]:
-        """/work's files, from ``out`` (what ``LISTING`` printed, in a shell step's own round
-        trip) or from an exec of its own."""
+        """/work's files: read by the host where /work is a host folder (the local backend),
+        else from ``out`` (what ``LISTING`` printed, in a shell step's own round trip) or from
+        an exec of its own."""
+        files = self.sandbox.work_files(self.MAX_FILES)
+        self._host_lists = files is not None
+        if files is not None:
+            return files
         if out is None:
             _code, out = self.sandbox.exec_bytes(self.LISTING)
         fields = out.split(b"\0")
@@ -202,14 +215,14 @@ class TerminalEnv(SandboxEnv):
                 self.sandbox.write_file(path, action.content)
             except OSError as exc:
                 raise ActionError(str(exc)) from None
-            shell = self.shell.observe(also=self.LISTING)  # the write's status, and whether a program still runs
+            shell = self.shell.observe(also=self._also)  # the write's status, and whether a program still runs
             r = ShellResult(shell.output, None if shell.running else 0, self.cwd, 0.0, running=shell.running, also=shell.also)
         elif isinstance(action, RunCommand):  # the file listing rides in the step's own round trip
-            r = self.shell.run(action.command, timeout=self.step_timeout(action.timeout), also=self.LISTING)
+            r = self.shell.run(action.command, timeout=self.step_timeout(action.timeout), also=self._also)
         elif isinstance(action, Interrupt):
-            r = self.shell.interrupt(also=self.LISTING)
+            r = self.shell.interrupt(also=self._also)
         else:
-            r = self.shell.send_keys(action.keys, enter=action.enter, literal=not action.special, also=self.LISTING)
+            r = self.shell.send_keys(action.keys, enter=action.enter, literal=not action.special, also=self._also)
         self.cwd = r.cwd or self.cwd
         action_ms = (time.perf_counter() - t0) * 1000
         obs, observe_ms = self._observation(r.output, r.exit_code, self.cwd, running=r.running, note=r.note, listing=r.also)

@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxes.channel import Channel
 from sandboxes.errors import SandboxDied, SandboxError
 from sandboxes.procs import EXEC_MARK
 from sandboxes.shell import ShellSession
@@ -298,6 +299,17 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     def restore(self, snapshot: str) -> None: ...
+
+    def work_files(self, limit: int) -> dict[str, tuple[int, int]] | None:
+        """/work's regular files (at most ``limit``): path -> (size, mtime in microseconds),
+        read by the host where /work is a host folder; None elsewhere (a listing then runs
+        inside the sandbox). Paths are relative, bytes that are not UTF-8 backslash-escaped."""
+        return None
+
+    def channel(self, script: str) -> Channel | None:
+        """A resident bash running ``script`` and fed through pipes (``sandboxes.channel``),
+        where the backend has one: the local backend does; others run every step as an exec."""
+        return None
 
     def shell(self, *, width: int = 160, height: int = 48) -> ShellSession:
         return ShellSession(self, width=width, height=height)

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sandboxes.base import (
@@ -35,6 +35,7 @@ from sandboxes.base import (
     SandboxError,
 )
 from sandboxes.cgroups import Cgroup
+from sandboxes.channel import Channel
 from sandboxes.disk import Disk, claim, unmount_all_under
 from sandboxes.paths import sandboxes_state
 from sandboxes.procs import EXEC_MARK, kill_exec, pids_in_namespace_of
@@ -63,6 +64,7 @@ class LocalSandbox(Sandbox):
         self.limits_note = ""
         self.disk_note = ""
         self.root_note = ""
+        self._channels: list[Channel] = []
 
     # -- life cycle ------------------------------------------------------------------------
     def _root(self) -> Path:
@@ -194,6 +196,9 @@ class LocalSandbox(Sandbox):
             return False
 
     def _stop(self) -> None:
+        for chan in self._channels:  # what they started is in the cgroup, killed below
+            chan.close(sweep=False)
+        self._channels = []
         if self._proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._proc.pid, signal.SIGKILL)
@@ -220,28 +225,9 @@ class LocalSandbox(Sandbox):
     ) -> tuple[int, OutputCap, OutputCap]:
         if not self.alive():
             raise SandboxDied(f"local sandbox {self.id} is not running")
-        enter = [
-            "nsenter",
-            "-t",
-            str(self.init_pid),
-            "-U",
-            "--preserve-credentials",
-            "-m",
-            "-u",
-            "-i",
-            "-n",
-            "-p",
-            "-C",
-            "-r",
-            "-w",
-            "--",
-            "/usr/bin/env",
-            "-i",
-            *(f"{k}={v}" for k, v in env.items()),
-        ]
         init_pid = self.init_pid
         proc = subprocess.Popen(
-            (self.cgroup.join_argv() if self.cgroup else []) + enter + argv,
+            self._enter(env) + argv,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -251,6 +237,36 @@ class LocalSandbox(Sandbox):
         # nsenter leads the exec's session: its pid is the session of all the exec starts
         sweep = lambda: kill_exec(lambda: pids_in_namespace_of(init_pid), env[EXEC_MARK], (proc.pid,))  # noqa: E731
         return collect(proc, stdin, deadline, cap, on_deadline=sweep)
+
+    def _enter(self, env: dict[str, str]) -> list[str]:
+        """The argv prefix that runs a command inside the sandbox: in its cgroup, its
+        namespaces and root, with a clean environment of ``env`` only."""
+        enter = ["nsenter", "-t", str(self.init_pid), "-U", "--preserve-credentials"]
+        enter += ["-m", "-u", "-i", "-n", "-p", "-C", "-r", "-w", "--", "/usr/bin/env", "-i"]
+        return (self.cgroup.join_argv() if self.cgroup else []) + enter + [f"{k}={v}" for k, v in env.items()]
+
+    def work_files(self, limit: int) -> dict[str, tuple[int, int]] | None:
+        self._check_usable()
+        return host_files(self.work, limit)
+
+    def channel(self, script: str) -> Channel:
+        """A resident bash running ``script`` (``sandboxes.channel``), killed with the sandbox."""
+        self._check_usable()
+        if not self.alive():
+            raise SandboxDied(f"local sandbox {self.id} is not running")
+        env = {**self.config.environment(), EXEC_MARK: uuid.uuid4().hex}
+        proc = subprocess.Popen(
+            [*self._enter(env), "bash", "-c", f"unset {EXEC_MARK}\n{script}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        )
+        init_pid = self.init_pid
+        chan = Channel(proc, lambda: kill_exec(lambda: pids_in_namespace_of(init_pid), env[EXEC_MARK], (proc.pid,)))
+        self._channels = [c for c in self._channels if not c.closed] + [chan]
+        return chan
 
     # -- resets -----------------------------------------------------------------------------
     def snapshot(self) -> str:
@@ -280,6 +296,52 @@ class LocalSandbox(Sandbox):
         disk = self.disk_note or f"{self.config.disk_mb} MB loop-mounted ext4 for /work and /tmp"
         root = self.root_note or "a read-only image of the Debian root"
         return {**super().describe(), "id": self.id, "limits": self.limits_note or "cgroup", "disk": disk, "root": root}
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def host_files(top: Path, limit: int, *, max_entries: int = 50_000, max_depth: int = 64) -> dict[str, tuple[int, int]]:
+    """The regular files under ``top``, a folder the sandbox writes (at most ``limit``):
+    relative path -> (size, mtime in microseconds). Walked through directory descriptors
+    opened without following links, so a link, or a folder swapped for one during the walk,
+    never leads out of ``top``; what the agent can make costly (a million folders, a deep
+    chain) is bounded by ``max_entries`` looked at and ``max_depth``, and never recursed on."""
+    files: dict[str, tuple[int, int]] = {}
+    try:
+        stack: list[tuple[int, bytes, Iterator[bytes] | None]] = [(os.open(top, _DIR_FLAGS), b"", None)]
+    except OSError:
+        return files
+    seen = 0
+    try:
+        while stack:
+            fd, rel, subdirs = stack[-1]
+            if subdirs is None:
+                found = []
+                with contextlib.suppress(OSError), os.scandir(fd) as entries:
+                    for entry in entries:
+                        seen += 1
+                        if seen > max_entries or len(files) >= limit:
+                            return files
+                        name = os.fsencode(entry.name)
+                        if entry.is_dir(follow_symlinks=False):
+                            found.append(name)
+                        elif entry.is_file(follow_symlinks=False):
+                            with contextlib.suppress(OSError):  # gone meanwhile
+                                st = entry.stat(follow_symlinks=False)
+                                files[(rel + name).decode(errors="backslashreplace")] = (st.st_size, st.st_mtime_ns // 1000)
+                subdirs = iter(found)
+                stack[-1] = (fd, rel, subdirs)
+            name = next(subdirs, None) if len(stack) <= max_depth else None
+            if name is None:
+                os.close(stack.pop()[0])
+                continue
+            with contextlib.suppress(OSError):  # not a folder any more (swapped for a link): not entered
+                stack.append((os.open(name, _DIR_FLAGS, dir_fd=fd), rel + name + b"/", None))
+        return files
+    finally:
+        for fd, _rel, _it in stack:
+            os.close(fd)
 
 
 def collect(

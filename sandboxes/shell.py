@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from sandboxes.channel import HELPER, Channel, Sent
 from sandboxes.errors import SandboxDied, SandboxError
 
 #: The hook's flush mark in the pane output; removed from what a step returns.
@@ -47,6 +48,7 @@ _HEADER = re.compile(rb"TF1 ([01]) ([01]) ([01]) ([01]) ([01]) (\d+) (\d+) (\d+)
 _STATUS = re.compile(rb"(\d+) ([0-9a-f]+|-) (\d+)\n")
 _ALSO = b"\0TF-ALSO\0"  # where the output of a step's ``also`` command starts
 ROTATE_BYTES = 4 << 20  # a log bigger than this is emptied at the next idle step
+_REOPEN = 3  # a shell's channel killed more often than this (by its agent, say): steps go by exec
 
 
 class _Limits(Protocol):
@@ -75,6 +77,8 @@ class ShellHost(Protocol):
 
     def exec_bytes(self, cmd: str, *, stdin: bytes | None = None, timeout: float | None = None) -> tuple[int, bytes]: ...
 
+    def channel(self, script: str) -> Channel | None: ...
+
 
 class ShellDied(SandboxError):
     """The shell (bash or its tmux server) is gone while its sandbox may still run."""
@@ -98,8 +102,9 @@ class ShellResult:
 _ARM = r"""
 __tf_dir={d}; __tf_tok=-
 [[ ${{__tf_n-}} =~ ^[0-9]+$ ]] || {{ read -r __tf_n _ < "$__tf_dir/status"; [[ $__tf_n =~ ^[0-9]+$ ]] || __tf_n=0; }} 2>/dev/null
+__tf_ret() {{ return "${{__tf_rc:-0}}"; }}
 __tf_prompt() {{
-  local rc=$?
+  local rc=$?; __tf_rc=$rc; unset __tf_cmd
   # the typed line's own call ("line") reports; PROMPT_COMMAND's right after it has nothing new
   if [[ $1 == line ]]; then __tf_line=1; elif [[ ${{__tf_line-}} == 1 ]]; then __tf_line=; return $rc; fi
   __tf_n=$((__tf_n + 1))
@@ -178,7 +183,8 @@ if [ "$MODE" = run ]; then
   if [ "$free" = 1 ]; then
     # the log only grows past OFF: a log that can be rotated (all read, over the limit) has OFF over it
     if (( OFF > {rotate} )) && [ "$(stat -c %s "$D/log")" = "$OFF" ]; then : > "$D/log"; OFF=0; rotated=1; fi
-    line=". $D/arm; __tf_tok=$TOK; eval \"\$(< $D/cmd)\"; __tf_prompt line"
+    # read by a builtin (no fork); __tf_ret gives the command the last status as its $?, as a terminal would
+    line=". $D/arm; __tf_tok=$TOK; IFS= read -r -d '' __tf_cmd < $D/cmd; __tf_ret; eval \"\$__tf_cmd\"; __tf_prompt line"
     # one tmux call for the three keys: each tmux process start costs milliseconds
     {write_cmd} > "$D/cmd" && printf '%s\n' "$TOK" > "$D/last" \
       && tx C-u \; send-keys -t tf -l -- "$line" \; send-keys -t tf Enter && typed=1
@@ -211,7 +217,7 @@ if [ "$done" = 1 ] && [ "$flush" = 1 ]; then  # the pane's output has reached th
   printf -v bar '\033]7717;%s\007' "$n"; now=${{EPOCHREALTIME/./}}; grow=$now
   flush_end=$(( end > now + 3000000 ? end : now + 3000000 )); pos=$OFF; last=-1
   # mostly the mark is among the log's last bytes already (prompt counts only grow: it is this step's)
-  [[ $(tail -c 4096 "$D/log" 2>/dev/null) == *"$bar"* ]] 2>/dev/null && flush=2
+  [[ $(exec tail -c 4096 "$D/log" 2>/dev/null) == *"$bar"* ]] 2>/dev/null && flush=2  # exec: one process, not two
   while [ "$flush" = 1 ]; do
     sz=$(stat -c %s "$D/log")
     if (( sz > pos )); then
@@ -228,8 +234,9 @@ heal 2>/dev/null; size=$(stat -c %s "$D/log"); (( size < OFF )) && OFF=$size
 len=$(( size - OFF )); h=$len; t=0
 if (( len > HEAD + TAIL )); then h=$HEAD; t=$TAIL; fi
 printf 'TF1 %s %s %s %s %s %s %s %s %s %s\n' "$up" "$done" "$prompt" "$typed" "$rotated" "$n" "$size" "$h" "$t" "$OFF"
-tail -c +$(( OFF + 1 )) "$D/log" | head -c "$h"
-(( t > 0 )) && tail -c +$(( size - t + 1 )) "$D/log" | head -c "$t"
+cut() {{ dd if="$D/log" iflag=skip_bytes,count_bytes skip="$1" count="$2" bs=64K status=none; }}  # one process, not tail | head
+cut "$OFF" "$h"
+(( t > 0 )) && cut $(( size - t )) "$t"
 st=; IFS= read -r -d '' st < "$D/status" 2>/dev/null; printf '%s' "$st"  # a path holds no NUL
 {also}
 exit 0
@@ -309,6 +316,8 @@ class ShellSession:
         if r.exit_code != 0 or m is None:
             raise SandboxError(f"cannot start a tmux shell in the sandbox: {(r.stderr or r.stdout).strip()[:200]}")
         self.pid, self._start, self._tmux = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        self._chan: Channel | None = None
+        self._chan_opens = 0
         try:
             first = self._step("boot", budget=20.0)
         except _Unknown as exc:
@@ -353,7 +362,7 @@ class ShellSession:
             also=f"printf '\\0TF-ALSO\\0'; {{ {also}\n}} 2>/dev/null" if also else "",
             write_cmd=f"printf %s {_ansi_c(command)}" if literal else "cat",
         )
-        code, raw = self.sandbox.exec_bytes(script, stdin=None if literal else command, timeout=budget + 15)
+        code, raw = self._send(script, stdin=None if literal else command, timeout=budget + 15)
         frame = _parse(raw) if code == 0 else None
         if frame is None:
             self.check_alive()
@@ -362,6 +371,23 @@ class ShellSession:
             raise self._died()
         self._offset = frame.size
         return frame
+
+    def _send(self, script: str, *, stdin: bytes | None, timeout: float) -> tuple[int, bytes]:
+        """Run a step script through the shell's channel (``sandboxes.channel``: no process
+        start before it runs) where the sandbox has one and the script needs no stdin, else
+        as an exec. A channel that is gone is opened again, at most ``_REOPEN`` times."""
+        if stdin is None and self._chan_opens <= _REOPEN:
+            if self._chan is None or not self._chan.usable():
+                self._chan = self.sandbox.channel(HELPER) if self.sandbox.alive() else None
+                self._chan_opens += 1
+            if self._chan is not None:
+                try:
+                    got = self._chan.run(script.encode(errors="surrogateescape"), time.monotonic() + timeout)
+                except Sent:
+                    return -1, b""
+                if got is not None:
+                    return got
+        return self.sandbox.exec_bytes(script, stdin=stdin, timeout=timeout)
 
     def check_alive(self) -> None:
         """Raise when the sandbox or the shell is gone; return when alive or when it cannot tell."""
@@ -466,6 +492,8 @@ class ShellSession:
         return out.decode(errors="replace") if code == 0 else ""
 
     def close(self) -> None:
+        if self._chan is not None:
+            self._chan.close()
         if not self.sandbox.closed and self.sandbox.started and self.sandbox.alive():
             d = shlex.quote(self.dir)
             self.sandbox.exec(f"tmux -S {d}/sock kill-server 2>/dev/null; rm -rf {d}", timeout=10)

@@ -1,0 +1,112 @@
+"""A resident bash inside a sandbox that runs one script at a time, fed through its stdin.
+
+A terminal step is a short bash script (``sandboxes.shell``); sent as an ``exec`` it pays a
+chain of process starts before its first line runs (joining the cgroup, ``nsenter``, a clean
+environment, ``timeout``, bash). A channel pays that chain once per shell: the script
+arrives as ``TFS <bytes> <end>`` then its bytes, runs in a subshell of the resident bash,
+and its stdout is followed by ``\\0<end> <exit status>\\0``, where ``end`` is a random word
+made for that request only, so the reader knows where the answer stops without trusting
+any length the script (or a process of the sandbox) wrote.
+
+A channel is a speed-up, never a dependency: a backend without one, a channel that died
+before a request was sent, or a script that cannot travel (a NUL byte) go by ``exec`` as
+before. A request that was sent and did not answer in time kills the channel (its whole
+session and every process bearing its exec mark) and reports nothing: the caller treats
+it as a step whose outcome is unknown, as it treats an exec that failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+
+#: What the resident bash runs. Its stderr is dropped (no one would read it: a full pipe
+#: would block it). The byte count is read in the C locale (bytes, not characters); the
+#: script runs in a subshell with the sandbox's own locale and no stdin of the channel.
+HELPER = r"""exec 2>/dev/null
+export LC_ALL=C
+while read -r tag n end && [ "$tag" = TFS ] && [[ $n =~ ^[0-9]+$ ]] && [[ $end =~ ^[0-9a-f]{32}$ ]]; do
+  s=; IFS= read -r -N "$n" s || break
+  ( unset LC_ALL; eval "$s" ) < /dev/null
+  printf '\0%s %d\0' "$end" "$?"
+done
+"""
+
+_TAIL = re.compile(rb"\0([0-9a-f]{32}) (\d+)\0\Z")
+
+
+class Sent(Exception):
+    """The request reached the channel, which then failed (died, or ran past its deadline):
+    whatever the script did so far is not known."""
+
+
+class Channel:
+    """One resident bash (``proc``); ``kill`` stops it and whatever it started."""
+
+    def __init__(self, proc: subprocess.Popen, kill: Callable[[], object]) -> None:
+        self.proc = proc
+        self._kill = kill
+        self.closed = False
+
+    def usable(self) -> bool:
+        return not self.closed and self.proc.poll() is None
+
+    def run(self, script: bytes, deadline: float) -> tuple[int, bytes] | None:
+        """The script's exit status and stdout; None when it was not sent (the channel is gone,
+        or the script holds a NUL byte), so the caller may send it another way. Raises
+        ``Sent`` when the channel failed after the script reached it."""
+        if b"\0" in script or not self.usable():
+            return None
+        end = secrets.token_hex(16)
+        try:
+            self.proc.stdin.write(b"TFS %d %s\n" % (len(script), end.encode()) + script)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            self.close()
+            return None
+        out = self._read(end.encode(), deadline)
+        if out is None:
+            self.close()
+            raise Sent("the sandbox's step channel stopped answering")
+        return out
+
+    def _read(self, end: bytes, deadline: float) -> tuple[int, bytes] | None:
+        buf = bytearray()
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not sel.select(timeout=remaining):
+                    return None
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return None
+                buf += chunk
+                # the end word can only be last: the channel writes it once the script is done
+                if buf.endswith(b"\0") and len(buf) >= 36:
+                    m = _TAIL.search(buf, max(0, len(buf) - 64))
+                    if m is not None and m.group(1) == end:
+                        return int(m.group(2)), bytes(buf[: m.start()])
+
+    def close(self, *, sweep: bool = True) -> None:
+        """Kill the resident bash and what it started, and reap it; safe twice. ``sweep=False``
+        when the sandbox's own stop kills every process it has anyway."""
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if sweep:
+            self._kill()
+        for f in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                f.close()
+        self.proc.wait()
