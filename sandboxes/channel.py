@@ -22,7 +22,6 @@ import os
 import re
 import secrets
 import selectors
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -48,11 +47,12 @@ class Sent(Exception):
 
 
 class Channel:
-    """One resident bash (``proc``); ``kill`` stops it and whatever it started."""
+    """One resident bash (``proc``): ``stop`` kills it, ``kill`` whatever it started."""
 
-    def __init__(self, proc: subprocess.Popen, kill: Callable[[], object]) -> None:
+    def __init__(self, proc: subprocess.Popen, kill: Callable[[], object], stop: Callable[[subprocess.Popen], object]) -> None:
         self.proc = proc
-        self._kill = kill
+        self._kill = kill  # every process the channel started, wherever it went
+        self._stop = stop  # the channel's own process (its group)
         self.closed = False
 
     def usable(self) -> bool:
@@ -102,8 +102,7 @@ class Channel:
         if self.closed:
             return
         self.closed = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._stop(self.proc)
         if sweep:
             self._kill()
         for f in (self.proc.stdin, self.proc.stdout):

@@ -38,7 +38,7 @@ from sandboxes.cgroups import Cgroup
 from sandboxes.channel import Channel
 from sandboxes.disk import Disk, claim, unmount_all_under
 from sandboxes.paths import sandboxes_state
-from sandboxes.procs import EXEC_MARK, kill_exec, pids_in_namespace_of
+from sandboxes.procs import EXEC_MARK, kill_entered, kill_exec, pids_in_namespace_of
 
 BWRAP = os.environ.get("TRAJFORGE_BWRAP", "bwrap")  # another bubblewrap build, if needed
 SHM_MB = 64  # /dev/shm, in memory (as Docker's default shm_size)
@@ -264,7 +264,8 @@ class LocalSandbox(Sandbox):
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
         )
         init_pid = self.init_pid
-        chan = Channel(proc, lambda: kill_exec(lambda: pids_in_namespace_of(init_pid), env[EXEC_MARK], (proc.pid,)))
+        sweep = lambda: kill_exec(lambda: pids_in_namespace_of(init_pid), env[EXEC_MARK], (proc.pid,))  # noqa: E731
+        chan = Channel(proc, sweep, kill_entered)
         self._channels = [c for c in self._channels if not c.closed] + [chan]
         return chan
 
@@ -347,9 +348,10 @@ def host_files(top: Path, limit: int, *, max_entries: int = 50_000, max_depth: i
 def collect(
     proc: subprocess.Popen, stdin: bytes | None, deadline: float, cap: int, on_deadline: Callable[[], object] = lambda: None
 ) -> tuple[int, OutputCap, OutputCap]:
-    """Feed stdin, read both pipes up to ``cap`` (draining the rest). At ``deadline`` kill the
-    process group and call ``on_deadline`` (which kills what escaped it); a pipe still open
-    after that (held by something beyond reach) is abandoned, and the exit is SIGKILL's."""
+    """Feed stdin, read both pipes up to ``cap`` (draining the rest). At ``deadline`` kill
+    the process (``kill_entered``: its child first, then its group) and call ``on_deadline``
+    (which kills what escaped it); a pipe still open after that (held by something beyond
+    reach) is abandoned, and the exit is SIGKILL's."""
     out, err = OutputCap(cap), OutputCap(cap)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -366,8 +368,7 @@ def collect(
     while open_reads:
         remaining = deadline - time.monotonic()
         if remaining <= 0 and not killed:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_entered(proc)
             on_deadline()
             killed = True
         elif remaining <= -GRACE_S:

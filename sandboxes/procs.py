@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 
@@ -79,6 +80,25 @@ def _cgroup_members(pid: int) -> list[int] | None:
         except OSError:
             return None
     return None
+
+
+def kill_entered(proc: subprocess.Popen, *, wait: float = 1.0) -> None:
+    """SIGKILL a process started through ``nsenter`` (``proc``), child first: nsenter then
+    reaps it and exits, and its group goes last. Killed together, the child can outlive
+    its parent as a zombie that only the host's init may reap; where init does not (some
+    VMs' agents), each one holds a pid of the sandbox's cgroup for good."""
+    try:
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+            children = [int(p) for p in f.read().split()]
+    except OSError:
+        children = []
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=wait if children else 0)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _session_and_mark(pid: int, token: bytes) -> tuple[int | None, bool]:

@@ -160,9 +160,12 @@ alive() {{
 }}
 state() {{
   n=0 tok=- rc=0 k=0
+  # no status: /proc decides. Looked for before it is read: one written in between is then
+  # read whole, never taken for a status of prompt 0 that exists
+  local have=1; [ -e "$D/status" ] || have=0
   read -r n tok rc < "$D/status" 2>/dev/null; read -r k < "$D/started" 2>/dev/null
   read -r LAST < "$D/last" 2>/dev/null || LAST=$tok  # the token of the last command typed
-  [[ $n =~ ^[0-9]+$ ]] || n=0; [[ $k =~ ^[0-9]+$ ]] || k=0; [ -e "$D/status" ] || k=-1  # no status: /proc decides
+  [[ $n =~ ^[0-9]+$ ]] || n=0; [[ $k =~ ^[0-9]+$ ]] || k=0; [ "$have" = 1 ] || k=-1
   if alive; then up=1; else up=0; fi
   # free: the last typed command is done and bash owns the terminal; prompt: and no line was read since
   free=0; [ "$up" = 1 ] && [ "$pgrp" = "$tpgid" ] && [ "$tok" = "$LAST" ] && free=1
@@ -301,23 +304,25 @@ class ShellSession:
         self._offset = 0
         d = shlex.quote(self.dir)
         self._arm = _ARM.format(d=d)
-        boot = (
-            f"umask 077 && mkdir {d} && mkfifo {d}/wake && : > {d}/log && echo 0 > {d}/started"
-            f" && printf %s {shlex.quote(self._arm)} > {d}/arm && cat > {d}/rc"
-            f" && tmux -S {d}/sock new-session -d -s tf -x {width} -y {height}"
-            f" 'exec bash --noprofile --rcfile {d}/rc --noediting -i'"
-            f" && tmux -S {d}/sock pipe-pane -o -t tf 'exec cat >> {d}/log'"
-            f" && p=$(tmux -S {d}/sock display -p -t tf '#{{pane_pid}}') && read -r st < /proc/$p/stat"
-            f" && s=$(tmux -S {d}/sock display -p -t tf '#{{pid}}')"
-            ' && set -- ${st##*) } && echo "TF1 $p ${20} $s"'
-        )
-        r = sandbox.exec(boot, stdin=_RC.format(d=d), timeout=20)
-        m = re.fullmatch(r"TF1 (\d+) (\d+) (\d+)\n", r.stdout)
-        if r.exit_code != 0 or m is None:
-            raise SandboxError(f"cannot start a tmux shell in the sandbox: {(r.stderr or r.stdout).strip()[:200]}")
-        self.pid, self._start, self._tmux = int(m.group(1)), int(m.group(2)), int(m.group(3))
         self._chan: Channel | None = None
         self._chan_opens = 0
+        # one tmux client starts the server, pipes the pane to the log and names the pids
+        tmux = (
+            f"tmux -S {d}/sock new-session -d -s tf -x {width} -y {height}"
+            f" 'exec bash --noprofile --rcfile {d}/rc --noediting -i'"
+            f" \\; pipe-pane -o -t tf 'exec cat >> {d}/log' \\; display -p -t tf '#{{pane_pid}} #{{pid}}'"
+        )
+        boot = (
+            f"umask 077 && mkdir {d} && mkfifo {d}/wake && : > {d}/log && echo 0 > {d}/started"
+            f" && printf %s {shlex.quote(self._arm)} > {d}/arm && printf %s {shlex.quote(_RC.format(d=d))} > {d}/rc"
+            f" && ids=$(exec {tmux}) && set -- $ids && p=$1 s=$2 && read -r st < /proc/$p/stat"
+            ' && set -- ${st##*) } && echo "TF1 $p ${20} $s"'
+        )
+        code, raw = self._send(boot, stdin=None, timeout=20)
+        m = re.fullmatch(rb"TF1 (\d+) (\d+) (\d+)\n", raw) if code == 0 else None
+        if m is None:
+            raise SandboxError(f"cannot start a tmux shell in the sandbox: {raw.decode(errors='replace').strip()[:200]}")
+        self.pid, self._start, self._tmux = int(m.group(1)), int(m.group(2)), int(m.group(3))
         try:
             first = self._step("boot", budget=20.0)
         except _Unknown as exc:

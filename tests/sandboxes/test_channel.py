@@ -116,3 +116,14 @@ def test_host_listing_is_bounded_in_files_entries_and_depth(tmp_path):
         (work / f"f{i}").write_text("")
     assert len(host_files(work, 10)) == 10
     assert len(host_files(work, 1000, max_entries=20)) <= 20 < len(host_files(work, 1000))
+
+
+def test_closed_channels_leave_no_zombie_holding_a_pid(local):
+    # the channel's bash is killed before the nsenter above it, which reaps it: killed
+    # together, each would be left to the host's init, which on some hosts never reaps
+    for _ in range(8):
+        sh = local.shell()
+        assert sh.run("echo x", timeout=10).exit_code == 0
+        sh.close()
+    ps = local.exec("ps -eo stat= | grep -c '^Z' || true")
+    assert ps.stdout.strip() == "0", ps
