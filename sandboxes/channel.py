@@ -54,9 +54,24 @@ class Channel:
         self._kill = kill  # every process the channel started, wherever it went
         self._stop = stop  # the channel's own process (its group)
         self.closed = False
+        self._bash: int | None = None  # the resident bash's pid, once seen
 
     def usable(self) -> bool:
-        return not self.closed and self.proc.poll() is None
+        """Whether the resident bash is alive: looked at directly, not through the process
+        above it (``nsenter``), which outlives it by a moment and would take a request then."""
+        if self.closed or self.proc.poll() is not None:
+            return False
+        if self._bash is None:
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                    self._bash = int(f.read().split()[0])
+            except (OSError, IndexError, ValueError):  # not started yet, or no such file here
+                return True
+        try:
+            with open(f"/proc/{self._bash}/stat", "rb") as f:
+                return f.read().rsplit(b") ", 1)[1][:1] not in (b"Z", b"X")
+        except (OSError, IndexError):
+            return False
 
     def run(self, script: bytes, deadline: float) -> tuple[int, bytes] | None:
         """The script's exit status and stdout; None when it was not sent (the channel is gone,
