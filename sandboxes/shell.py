@@ -3,13 +3,16 @@
 What a terminal agent expects: cwd, variables, functions and background jobs persist
 between commands; an interactive program (a Python REPL, ``less``, ``vim``) can be driven
 with keys and interrupted; a command that does not finish in time leaves the shell usable.
-Everything goes through ``Sandbox.exec``, so it works the same on every backend.
+Every step is one short bash script run in the sandbox: through the sandbox's channel
+(``sandboxes.channel``, a resident bash fed through pipes: no process start before the
+script runs) where the backend has one, else as a ``Sandbox.exec``, so it works the same on
+every backend.
 
 The protocol keeps data and control apart, so that nothing a command prints can forge a
 result (see ``_STEP`` for the script each step runs):
 
 * **Data**: the pane's raw output, appended to a log by ``tmux pipe-pane``. It is only ever
-  cut into a head and a tail by byte offsets (``stat``, ``head -c``, ``tail -c``), never
+  cut into a head and a tail by byte offsets (``stat``, ``dd``), never
   searched for control information, so floods cost the same to read as one line.
 * **Control**: the shell's own hook ``__tf_prompt`` writes files in a private folder named
   by a random secret: ``status`` (prompt count, the command's token, ``$?``, then ``$PWD``
@@ -133,7 +136,7 @@ trap 'printf "%s\n" "$?" > "$__tf_dir/exited"; printf x 1<> "$__tf_dir/wake"' EX
 stty -echo 2>/dev/null
 """
 
-# One step, run by ``Sandbox.exec``: MODE run types the command (once the shell is at its
+# One step, run through the channel or by ``Sandbox.exec``: MODE run types the command (once the shell is at its
 # prompt) and waits for its token in the status; keys sends keys and waits up to SETTLE
 # for the shell to come back to its prompt; boot waits for the first prompt. It writes a
 # frame on stdout: a header line of integers (alive, done, at prompt, typed, rotated,
