@@ -125,6 +125,9 @@ class AsyncChat:
         self.base_delay_s, self.max_delay_s = base_delay_s, max_delay_s
         limits = {"max_connections": max_connections, "max_keepalive_connections": max_connections}
         self._openai = openai
+        from openai.types.chat import ChatCompletion
+
+        self._completion = ChatCompletion
         self.client = openai.AsyncOpenAI(
             base_url=self.base_url,
             api_key=api_key or "none",
@@ -141,7 +144,10 @@ class AsyncChat:
         for attempt in range(self.retries + 1):
             wait: float | None = None
             try:
-                reply = await self.client.chat.completions.create(**body)
+                # the client's own request path, without ``create``'s recursive transform of the
+                # body (a plain JSON object already): that transform was 60% of a call's CPU and
+                # grows with the history
+                reply = await self.client.post("/chat/completions", body=body, cast_to=self._completion)
                 return _reply(reply, (time.monotonic() - t0) * 1000, attempt)
             except openai.APIStatusError as exc:
                 problem = f"HTTP {exc.status_code}: {_body_text(exc)}"
