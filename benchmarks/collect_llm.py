@@ -80,14 +80,15 @@ def _pss(process) -> int:
 
 
 def _sandbox_rss() -> int:
-    """RSS of the local sandboxes' processes (tmux servers and their shells): they are not
-    children of the runner (tmux daemonises)."""
+    """RSS of the local sandboxes' processes (tmux servers, their shells and the shells' step
+    channels): they are not children of the runner (tmux daemonises; a channel's bash is the
+    child of an nsenter, reparented when the runner's worker ends)."""
     import psutil
 
     total = 0
     for q in psutil.process_iter(["cmdline", "memory_info"]):
         cmd = " ".join(q.info["cmdline"] or [])
-        if ".tf-" in cmd:
+        if ".tf-" in cmd or "read -r tag n end" in cmd:  # a shell's tmux and bash, or its step channel
             with contextlib.suppress(psutil.Error):
                 total += _pss(q)
     return total
