@@ -54,6 +54,10 @@ def collect(
     episode's key): N shards run by any batch scheduler collect the whole job, none twice.
     With --runner R, the episodes run as elements of a Beam pipeline; options after it go to
     Beam (--runner DataflowRunner --project=... --sdk_container_image=...)."""
+    if runner is None:  # the workers' fork server imports the runner while this process sets the job up
+        from collectors.runner import start_fork_server
+
+        start_fork_server()
     from collectors.jobrun import plan
     from collectors.jobs import load_job
     from collectors.runner import run_job

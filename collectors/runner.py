@@ -166,6 +166,14 @@ async def _watch(stop: threading.Event, runner: EpisodeRunner) -> None:
     runner.stop()
 
 
+def start_fork_server() -> None:
+    """Start the server that forks the workers (``_processes``) now: it imports this program
+    afresh (about a second), which then overlaps with the job's set-up instead of following it."""
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+
+
 def _processes(job: JobConfig, todo: list[EpisodeSpec], stop: threading.Event):
     """``job.workers`` processes, each running its share of the episodes ``concurrency`` at
     once; their results stream back as they finish. A stop is passed on as SIGTERM."""
