@@ -26,6 +26,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from sandboxes.procs import children_of, kill_entered
+
 #: What the resident bash runs. Its stderr is dropped (no one would read it: a full pipe
 #: would block it). The byte count is read in the C locale (bytes, not characters); the
 #: script runs in a subshell with the sandbox's own locale and no stdin of the channel.
@@ -47,12 +49,11 @@ class Sent(Exception):
 
 
 class Channel:
-    """One resident bash (``proc``): ``stop`` kills it, ``kill`` whatever it started."""
+    """One resident bash (the child of ``proc``); ``kill`` kills whatever it started."""
 
-    def __init__(self, proc: subprocess.Popen, kill: Callable[[], object], stop: Callable[[subprocess.Popen], object]) -> None:
-        self.proc = proc
+    def __init__(self, proc: subprocess.Popen, kill: Callable[[], object]) -> None:
+        self.proc = proc  # an nsenter whose child is the resident bash
         self._kill = kill  # every process the channel started, wherever it went
-        self._stop = stop  # the channel's own process (its group)
         self.closed = False
         self._bash: int | None = None  # the resident bash's pid, once seen
 
@@ -62,11 +63,10 @@ class Channel:
         if self.closed or self.proc.poll() is not None:
             return False
         if self._bash is None:
-            try:
-                with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-                    self._bash = int(f.read().split()[0])
-            except (OSError, IndexError, ValueError):  # not started yet, or no such file here
+            children = children_of(self.proc.pid)
+            if not children:  # not started yet
                 return True
+            self._bash = children[0]
         try:
             with open(f"/proc/{self._bash}/stat", "rb") as f:
                 return f.read().rsplit(b") ", 1)[1][:1] not in (b"Z", b"X")
@@ -117,7 +117,7 @@ class Channel:
         if self.closed:
             return
         self.closed = True
-        self._stop(self.proc)
+        kill_entered(self.proc)
         if sweep:
             self._kill()
         for f in (self.proc.stdin, self.proc.stdout):

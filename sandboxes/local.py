@@ -265,7 +265,7 @@ class LocalSandbox(Sandbox):
         )
         init_pid = self.init_pid
         sweep = lambda: kill_exec(lambda: pids_in_namespace_of(init_pid), env[EXEC_MARK], (proc.pid,))  # noqa: E731
-        chan = Channel(proc, sweep, kill_entered)
+        chan = Channel(proc, sweep)
         self._channels = [c for c in self._channels if not c.closed] + [chan]
         return chan
 

@@ -82,16 +82,21 @@ def _cgroup_members(pid: int) -> list[int] | None:
     return None
 
 
+def children_of(pid: int) -> list[int]:
+    """The direct children of ``pid`` (host pids); empty when it has none or is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def kill_entered(proc: subprocess.Popen, *, wait: float = 1.0) -> None:
     """SIGKILL a process started through ``nsenter`` (``proc``), child first: nsenter then
     reaps it and exits, and its group goes last. Killed together, the child can outlive
     its parent as a zombie that only the host's init may reap; where init does not (some
     VMs' agents), each one holds a pid of the sandbox's cgroup for good."""
-    try:
-        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
-            children = [int(p) for p in f.read().split()]
-    except OSError:
-        children = []
+    children = children_of(proc.pid)
     for pid in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
