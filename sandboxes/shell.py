@@ -405,7 +405,9 @@ class ShellSession:
             f'if read -r st < /proc/{self.pid}/stat && set -- ${{st##*) }} && [ "$1" != Z ]'
             f' && [ "${{20}}" = {self._start} ] && [ ! -e {shlex.quote(self.dir)}/exited ]; then echo up; else echo down; fi'
         )
-        _code, out = self._send(probe, stdin=None, timeout=10)
+        code, out = self._send(probe, stdin=None, timeout=10)
+        if code != 0:  # the channel died under the probe (an agent's `kill -9 -1` may still be sweeping): ask by exec
+            _code, out = self.sandbox.exec_bytes(probe, timeout=10)
         if out == b"down\n":
             if not self.sandbox.alive():
                 raise SandboxDied(f"{self.sandbox.backend} sandbox died under the shell")
