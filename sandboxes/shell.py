@@ -212,9 +212,9 @@ elif [ "$MODE" = keys ]; then
     if [ "$sz" != "$seen" ]; then seen=$sz; quiet=$now; elif (( sz > size0 && now - quiet >= 300000 )) && idle; then break; fi
   done
   state; [ "$prompt" = 1 ] && (( n > n0 )) && done=1
-else
-  while [ "$up" = 1 ] && [ "$free" = 0 ]; do nap 250000 || break; state; done
-  done=$free; flush=0
+else  # boot: up to the first prompt, the rc's own (its stty -echo has run: a line typed before would be echoed)
+  while [ "$up" = 1 ] && {{ [ "$free" = 0 ] || (( n == 0 )); }}; do nap 250000 || break; state; done
+  (( n > 0 )) || prompt=0; done=$prompt; flush=0
 fi
 if [ "$done" = 1 ] && [ "$flush" = 1 ]; then  # the pane's output has reached the log once the hook's mark is in it
   # Scanned incrementally from the step's offset (a background job may print after the mark);

@@ -63,6 +63,18 @@ def test_output_that_imitates_the_protocol_is_only_data(sandbox):
     assert "xy\n" in r.output and "tail\n" in r.output + later.output and later.output.endswith("next\n")
 
 
+def test_the_first_command_waits_for_the_shells_own_start_up(sandbox, monkeypatch):
+    """A shell still in its rc file owns the terminal but echoes what is typed: the boot
+    waits for the rc's first prompt, so the first command's output is its own (a clean-clone
+    run under load recorded the typed protocol line as the first step's output)."""
+    from sandboxes import shell
+
+    monkeypatch.setattr(shell, "_RC", "sleep 1.5\n" + shell._RC)
+    sh = sandbox.shell()
+    r = sh.run("echo first", timeout=20)
+    assert (r.exit_code, r.output) == (0, "first\n")
+
+
 def test_garbage_bytes_on_both_streams_are_recorded(sandbox):
     sh = sandbox.shell()
     r = sh.run(

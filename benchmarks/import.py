@@ -1,0 +1,118 @@
+"""Import and export throughput: transitions per second on one core, and peak memory.
+
+    python benchmarks/import.py [--sizes 50000 200000] [--formats atif swe-agent openhands]
+
+For each format, the fixtures in ``../shared/fixtures/agent-data`` are replicated with
+fresh ids into one JSONL file of about N transitions (ATIF: Terminus's golden, 4
+transitions a record; SWE-agent: the 0.x pydicom run, 12; OpenHands: the event list, 2),
+then ``trajforge import`` runs on it in a fresh interpreter (one process: one core) and
+its wall time, CPU time and peak RSS are read from the child's rusage. The 200,000 store
+is then exported to ATIF and to ADP the same way. Goals (issue 25): at least 20,000
+transitions a second per core, and peak memory flat from 50k to 200k transitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.formats.conftest import agent_data_dir  # noqa: E402  (the one place that finds the fixtures)
+
+DATA = agent_data_dir()
+SOURCES = {  # format -> (fixture, transitions per record, how to give a record a fresh id)
+    "atif": ("atif/hello-world-invalid-json.trajectory.json", 4, lambda r, i: r | {"session_id": f"bench-{i}"}),
+    "swe-agent": ("swe-agent/pydicom__pydicom-1458.traj", 12, lambda r, i: r | {"instance_id": f"bench-{i}"}),
+    "openhands": ("openhands/basic.json", 2, lambda r, i: {"instance_id": f"bench-{i}", "history": r}),
+}
+
+
+def make_file(fmt: str, transitions: int, path: Path) -> int:
+    fixture, per, fresh = SOURCES[fmt]
+    record = json.loads((DATA / fixture).read_text())
+    n = -(-transitions // per)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            f.write(json.dumps(fresh(record, i)) + "\n")
+    return n * per
+
+
+def timed(cmd: list[str]) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds and peak RSS (KiB) of a command run by ``_CHILD`` (which
+    reports its one child's rusage: a parent's children maximum would mix the runs), and
+    the command's output."""
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *cmd], cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
+    usage = json.loads(proc.stderr.strip().splitlines()[-1])
+    return wall, usage["cpu"], usage["maxrss"], proc.stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[50_000, 200_000])
+    ap.add_argument("--formats", nargs="+", default=list(SOURCES), choices=list(SOURCES))
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="trajforge-import-bench-"))
+    rows, exports = [], []
+    try:
+        for fmt in args.formats:
+            for size in args.sizes:
+                src = tmp / f"{fmt}-{size}.jsonl"
+                n = make_file(fmt, size, src)
+                store = tmp / f"store-{fmt}-{size}"
+                wall, cpu, rss, out = timed(["import", fmt, str(src), "--store", str(store), "--source", "bench"])
+                rows.append((fmt, size, n, src.stat().st_size, wall, cpu, rss))
+                print(f"  {fmt} {n} transitions: {wall:.1f} s wall, {cpu:.1f} s CPU, peak {rss / 1024:.0f} MiB")
+                src.unlink()
+                if size == max(args.sizes) and fmt == args.formats[0]:
+                    for out_fmt in ("atif", "adp"):
+                        wall, cpu, rss, out = timed(
+                            ["export", out_fmt, "--store", str(store), "--out", str(tmp / f"out-{out_fmt}")]
+                        )
+                        exports.append((out_fmt, n, wall, cpu, rss))
+                        print(f"  export {out_fmt}: {wall:.1f} s wall, {cpu:.1f} s CPU | {out}")
+                shutil.rmtree(store)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    print(f"### Import throughput ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, one process)")
+    print()
+    print(
+        "| format | transitions | file MiB | wall s | CPU s | transitions/s (wall, 1 core) | per CPU s | MiB/s | peak RSS MiB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for fmt, _size, n, nbytes, wall, cpu, rss in rows:
+        mib = nbytes / 2**20
+        rates = f"{n / wall:,.0f} | {n / cpu:,.0f} | {mib / wall:,.0f}"
+        print(f"| {fmt} | {n:,} | {mib:,.0f} | {wall:.1f} | {cpu:.1f} | {rates} | {rss / 1024:,.0f} |")
+    if exports:
+        print()
+        print("| export | transitions | wall s | CPU s | transitions/s (wall) | peak RSS MiB |")
+        print("|---|---|---|---|---|---|")
+        for fmt, n, wall, cpu, rss in exports:
+            print(f"| {fmt} | {n:,} | {wall:.1f} | {cpu:.1f} | {n / wall:,.0f} | {rss / 1024:,.0f} |")
+
+
+# Each measured command runs in its own wrapper process, whose rusage is the command's alone.
+_CHILD = """
+import json, resource, subprocess, sys
+proc = subprocess.run([sys.executable, "trajforge.py", *sys.argv[1:]], capture_output=True, text=True)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+sys.stdout.write(proc.stdout); sys.stderr.write(proc.stderr)
+sys.stderr.write(json.dumps({"cpu": u.ru_utime + u.ru_stime, "maxrss": u.ru_maxrss}) + "\\n")
+sys.exit(proc.returncode)
+"""
+
+if __name__ == "__main__":
+    main()
