@@ -8,7 +8,7 @@ EXTRAS ?= dev
 TORCH ?= torch==2.13.0
 STORE ?= demo-store
 
-.PHONY: install system-deps mcp-servers verifiers-env sandboxes demo test test-unit lint bench-store bench-sandboxes bench-collect bench-curate bench-curate-small bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub bench-security clean
+.PHONY: install system-deps mcp-servers verifiers-env sandboxes demo test test-unit lint bench-store bench-import bench-sandboxes bench-collect bench-curate bench-curate-small bench-neardup bench-release bench-train bench-web bench-mcp bench-search bench-os bench-android image bench-collect-scale bench-sim bench-s3 bench-scrub bench-security clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install -y python3-venv"; exit 1; }
@@ -71,6 +71,10 @@ lint: install
 
 bench-store: install
 	$(PY) benchmarks/store.py
+
+# issue 25: import throughput (SWE-agent, OpenHands, ATIF) and export
+bench-import: install
+	$(PY) benchmarks/import.py
 
 bench-sandboxes: sandboxes
 	$(PY) benchmarks/sandboxes.py

@@ -19,11 +19,10 @@ with what a round trip needs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, need, ours_of
+from formats.episode import Episode, Step, as_text, canonical_action, loads, need, ours_of
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "adp"
@@ -46,7 +45,7 @@ BROWSER = {
 def _unquote(value: Any) -> Any:
     if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
         try:
-            return json.loads(value)
+            return loads(value)
         except ValueError:
             return value
     return value

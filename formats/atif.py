@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, need, ours_of, text_action
+from formats.episode import Episode, Step, as_text, canonical_action, loads, need, ours_of, text_action
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "atif"
@@ -126,10 +126,8 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
 
 def _json_args(args: Any, where: str) -> Any:
     if isinstance(args, str):  # some producers keep OpenAI's JSON string
-        import json
-
         try:
-            return json.loads(args)
+            return loads(args)
         except ValueError:
             return {"input": args}
     need(isinstance(args, dict), f"{where}: not an object")

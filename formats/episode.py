@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from schemas.transition import Action, Observation, Provenance, Transition, canonical_json
 from schemas.volatile import detect_spans
 
@@ -222,6 +224,16 @@ def to_transitions(
 
 def _observation(text: str, extra: dict[str, Any] | None = None) -> Observation:
     return Observation(text, "text", None, canonical_json(extra) if extra else "{}", False, detect_spans(text))
+
+
+def loads(text: str | bytes) -> Any:
+    """JSON text embedded in a record (a tool call's arguments): orjson where it can (five
+    times faster), else Python's parser, whose answer is the reference (it takes lone
+    surrogates, NaN and integers beyond 64 bits); ``ValueError`` when it is not JSON."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def as_text(value: Any) -> str:

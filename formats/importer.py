@@ -36,6 +36,7 @@ from schemas.transition import EXECUTED, Transition
 SUFFIXES = (".json", ".jsonl", ".traj", ".ndjson")
 BATCH_ROWS = 2048  # whole trajectories buffered per domain before a record batch is written
 SHOWN_PROBLEMS = 20
+READ_BUFFER = 1 << 20  # records of 100 KiB are common: the default 8 KiB buffer reads each in pieces, 5x slower
 
 
 @dataclass
@@ -92,7 +93,7 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
     array is a list of records, or one record when ``whole_array(first item)`` says so (an
     OpenHands event list, a bare list of chat messages)."""
     name = str(path)
-    with open(path, "rb") as f:
+    with open(path, "rb", buffering=READ_BUFFER) as f:
         head = f.read(4096).lstrip()
         f.seek(0)
         if path.suffix in (".jsonl", ".ndjson") or (head[:1] == b"{" and _many_lines(head)):

@@ -23,7 +23,18 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, RecordError, Step, as_text, canonical_action, need, ours_of, record_id_of, text_action
+from formats.episode import (
+    Episode,
+    RecordError,
+    Step,
+    as_text,
+    canonical_action,
+    loads,
+    need,
+    ours_of,
+    record_id_of,
+    text_action,
+)
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "openai-messages"
@@ -49,7 +60,7 @@ def _messages(record: Any) -> tuple[list, dict]:
 def _args(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
-            return json.loads(raw) if raw.strip() else {}
+            return loads(raw) if raw.strip() else {}
         except ValueError:
             return {"input": raw}
     return raw if raw is not None else {}

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from formats.episode import Episode, RecordError, Step, as_text, canonical_action, need, record_id_of
+from formats.episode import Episode, RecordError, Step, as_text, canonical_action, loads, need, record_id_of
 from schemas.transition import Action
 
 NAME = "openhands"
@@ -47,7 +47,7 @@ def _tool_call(event: dict) -> Action | None:
             if isinstance(fn, dict) and (call.get("id") == call_id or len((message or {}).get("tool_calls")) == 1):
                 raw = fn.get("arguments")
                 try:
-                    args = json.loads(raw) if isinstance(raw, str) else raw
+                    args = loads(raw) if isinstance(raw, str) else raw
                 except ValueError:
                     args = {"input": raw}
                 return canonical_action(meta["function_name"], args if args is not None else {})

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from schemas.domains import NAMES
 from schemas.errors import SchemaError
@@ -49,8 +52,45 @@ VOLATILE_KINDS: frozenset[str] = frozenset({"timestamp", "pid", "temp_path", "uu
 
 
 def canonical_json(value: Any) -> str:
-    """The one JSON spelling of a value: sorted keys, no spaces, UTF-8 kept."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The one JSON spelling of a value: sorted keys, no spaces, UTF-8 kept, exactly as
+    ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
+    spells it. orjson writes it (ten times faster) where it writes the same: it spells
+    floats below 1e-4 otherwise (``0.00001``, ``1e-9`` for ``1e-05``, ``1e-09``) and NaN and
+    the infinities as ``null``, so a value holding one goes to ``json``, as does one orjson
+    refuses (lone surrogates, integers beyond 64 bits, keys that are not strings,
+    subclasses). (It also writes UUIDs and enums, which ``json`` refuses.)"""
+    if _orjson_spells(value):
+        try:
+            return orjson.dumps(value, option=_ORJSON).decode()
+        except TypeError:  # orjson.JSONEncodeError
+            pass
+    return _JSON(value)
+
+
+def _orjson_spells(value: Any) -> bool:
+    """No float in ``value`` that orjson spells otherwise than ``json`` (a walk of its
+    containers: its cost is the number of values, not their length). Past 100,000 values
+    (or a value that holds itself) it says no: ``json`` takes those."""
+    stack, budget = [value], 100_000
+    while stack:
+        budget -= 1
+        if not budget:
+            return False
+        v = stack.pop()
+        t = type(v)
+        if t is dict:
+            stack.extend(v.values())
+        elif t is list or t is tuple:
+            stack.extend(v)
+        elif t is float and not (v == 0.0 or 1e-4 <= abs(v) < math.inf):
+            return False
+    return True
+
+
+_ORJSON = (
+    orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +242,6 @@ class Provenance:
             object.__setattr__(self, "simulated", True)
 
 
-_SPACE_TAIL = re.compile(r"[ \t]+$", re.MULTILINE)
 # ANSI escape sequences: CSI (colours, cursor moves), OSC (titles, hyperlinks) and two-byte escapes.
 # The one pattern for everything that strips terminal codes (records, curation, the terminal).
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -229,8 +268,10 @@ def normalise_text(text: str) -> str:
         text = ANSI.sub("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if " \n" in text or "\t\n" in text or text.endswith((" ", "\t")):
-        text = _SPACE_TAIL.sub("", text)
+    if " \n" in text or ("\t" in text and "\t\n" in text) or text.endswith((" ", "\t")):  # a one-character search is memchr
+        # line by line: several times faster than a regular expression on indented code,
+        # whose every blank would start a match
+        text = "\n".join([line.rstrip(" \t") for line in text.split("\n")])
     return text
 
 

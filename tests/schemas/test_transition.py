@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import json
+import math
+import random
+import re
+import struct
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -17,7 +22,7 @@ from schemas import (
     transition_problems,
     validate_transition,
 )
-from schemas.transition import content_hash, mask_volatile
+from schemas.transition import canonical_json, content_hash, mask_volatile, normalise_text
 
 
 def full_transition(**over) -> Transition:
@@ -117,6 +122,55 @@ def test_hash_ignores_ansi_line_endings_and_trailing_blanks():
     plain = full_transition(next_state=Observation.make("a\nb\n", "terminal"))
     noisy = full_transition(next_state=Observation.make("\x1b[31ma\x1b[0m  \r\nb\t\r\n", "terminal"))
     assert plain.content_hash == noisy.content_hash
+
+
+def test_trailing_blanks_go_from_every_line_as_the_hashes_always_dropped_them():
+    rng = random.Random(3)
+    tail = re.compile(r"[ \t]+$", re.MULTILINE)  # the spelling earlier hashes were made with
+    for _ in range(5000):
+        text = "".join(rng.choice([" ", "\t", "\n", "a", "  x", "\u00a0", "\r\n"]) for _ in range(rng.randint(0, 25)))
+        assert normalise_text(text) == tail.sub("", text.replace("\r\n", "\n").replace("\r", "\n")), repr(text)
+    assert normalise_text("    indented  \n\tcode\t\n") == "    indented\n\tcode\n"
+
+
+def test_canonical_json_spells_every_value_as_json_does():
+    """orjson writes it where it writes the same; the values it spells otherwise or refuses
+    go to json: tiny floats, NaN, lone surrogates, huge integers, non-string keys."""
+    rng = random.Random(5)
+
+    def leaf():
+        bits = struct.unpack("d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+        return rng.choice(
+            [
+                None, True, 0, -7, 2**63, 2**70, 1.5, 1e-5, 1e16, bits, rng.uniform(-1, 1) * 10 ** rng.randint(-30, 30),
+                math.nan, math.inf, "", "é\n\t\x00\x7f\u2028", "\udfff", "/dev/null", "re-run 1e-5", "v1.00001",
+            ]
+        )  # fmt: skip
+
+    def value(depth=0):
+        if depth > 3 or rng.random() < 0.4:
+            return leaf()
+        if rng.random() < 0.5:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        keys = ["b", "a", "é", "\U0001f600", "Z", 3, "null"]
+        return {rng.choice(keys): value(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    spelled = 0
+    for _ in range(20000):
+        v = value()
+        try:
+            expected = json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        except TypeError:  # keys of mixed types cannot be sorted
+            with pytest.raises(TypeError):
+                canonical_json(v)
+            continue
+        assert canonical_json(v) == expected, v
+        spelled += 1
+    assert spelled > 15000
+    looped: dict = {"a": [1.5]}
+    looped["a"].append(looped)
+    with pytest.raises(ValueError, match="Circular"):
+        canonical_json(looped)
 
 
 @pytest.mark.parametrize(

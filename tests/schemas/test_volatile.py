@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from schemas import volatile
 
 PIECES = [
@@ -43,6 +45,12 @@ PIECES = [
     "PID:: 77 ",
     "Process 555 ",
     "process\t99 ",
+    "5s",
+    "took 5 s\n",
+    "2026-03-04T05:06",
+    "pid 12\n",
+    "PROCESS 4321",
+    "Deadbeef" * 5,
 ]
 
 
@@ -57,7 +65,18 @@ def reference(text: str):
     return tuple(volatile.VolatileSpan(s, e, k) for s, e, k in sorted(taken))
 
 
-def test_pre_checks_find_what_every_pattern_finds():
+@pytest.fixture(params=["native", "pre-checks"])
+def scanner(request, monkeypatch):
+    """detect_spans with RE2's one-pass set (ASCII texts), and with the Python pre-checks
+    alone (where google-re2 is missing, and for every non-ASCII or long text)."""
+    if request.param == "native":
+        assert volatile._NATIVE is not None, "google-re2 is a dependency: the fast path must be there"
+    else:
+        monkeypatch.setattr(volatile, "_NATIVE", None)
+    return request.param
+
+
+def test_pre_checks_find_what_every_pattern_finds(scanner):
     rng = random.Random(7)
     found = set()
     for _ in range(3000):
@@ -66,3 +85,23 @@ def test_pre_checks_find_what_every_pattern_finds():
         assert spans == reference(text), text
         found.update(s.kind for s in spans)
     assert found == {kind for kind, _ in volatile._PATTERNS}  # every pattern was exercised
+
+
+def test_the_native_set_answers_per_pattern_as_python_does():
+    rng = random.Random(11)
+    for _ in range(2000):
+        text = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 4)))
+        if not text.isascii():
+            continue
+        assert [k for k, _, _ in volatile._scans(text)] == [k for k, p in volatile._PATTERNS if p.search(text)], text
+
+
+def test_long_and_non_ascii_texts_take_the_pre_checks(monkeypatch):
+    asked = []
+    monkeypatch.setattr(volatile, "_candidates", lambda text: asked.append(text) or [False] * len(volatile._PATTERNS))
+    short, long, wide = "pid 42 ", "x" * (volatile._NATIVE_TEXT + 1), "é pid 42 "
+    assert volatile.detect_spans(short) != ()
+    assert asked == []
+    volatile.detect_spans(long)
+    volatile.detect_spans(wide)
+    assert asked == [long, wide]
