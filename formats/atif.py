@@ -43,14 +43,16 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     pending: list[dict[str, str]] = []
     for index, step in enumerate(steps):
         where = f"steps[{index}]"
-        need(isinstance(step, dict), f"{where}: not an object")
+        need(isinstance(step, dict), "{}: not an object", where)
         sid = step.get("step_id")
         need(
             (isinstance(sid, int) and not isinstance(sid, bool)) or (isinstance(sid, str) and sid.strip().isdigit()),
-            f"{where}.step_id: {sid!r} is not an integer",
+            "{}.step_id: {!r} is not an integer",
+            where,
+            sid,
         )
         source = step.get("source")
-        need(source in ("system", "user", "agent"), f"{where}.source: {source!r} is not system, user or agent")
+        need(source in ("system", "user", "agent"), "{}.source: {!r} is not system, user or agent", where, source)
         message = as_text(step.get("message"))
         if source != "agent":
             if not out and source == "user":
@@ -81,15 +83,15 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
 
 def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterator[Step]:
     calls = step.get("tool_calls") or []
-    need(isinstance(calls, list), f"{where}.tool_calls: not a list")
+    need(isinstance(calls, list), "{}.tool_calls: not a list", where)
     observation = step.get("observation") or {}
-    need(isinstance(observation, dict), f"{where}.observation: not an object")
+    need(isinstance(observation, dict), "{}.observation: not an object", where)
     results = observation.get("results") or []
-    need(isinstance(results, list), f"{where}.observation.results: not a list")
+    need(isinstance(results, list), "{}.observation.results: not a list", where)
     by_call: dict[str, list[str]] = {}
     loose: list[str] = []
     for j, r in enumerate(results):
-        need(isinstance(r, dict), f"{where}.observation.results[{j}]: not an object")
+        need(isinstance(r, dict), "{}.observation.results[{}]: not an object", where, j)
         text = as_text(r.get("content"))
         refs = r.get("subagent_trajectory_ref") or []
         if isinstance(refs, list):
@@ -109,10 +111,10 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
             yield Step(action, "\n".join(texts), ours.get("error"), _reward(ours), extra)
         return
     for j, call in enumerate(calls):
-        need(isinstance(call, dict), f"{where}.tool_calls[{j}]: not an object")
+        need(isinstance(call, dict), "{}.tool_calls[{}]: not an object", where, j)
         name, call_id = call.get("function_name"), call.get("tool_call_id")
-        need(isinstance(name, str) and name != "", f"{where}.tool_calls[{j}].function_name: missing")
-        need(isinstance(call_id, str), f"{where}.tool_calls[{j}].tool_call_id: missing")
+        need(isinstance(name, str) and name != "", "{}.tool_calls[{}].function_name: missing", where, j)
+        need(isinstance(call_id, str), "{}.tool_calls[{}].tool_call_id: missing", where, j)
         args = call.get("arguments", {})
         args = _json_args(args, f"{where}.tool_calls[{j}].arguments")
         texts = by_call.get(call_id, [])

@@ -38,10 +38,12 @@ class RecordError(ValueError):
     """A record that does not follow its format: the message names the field."""
 
 
-def need(cond: bool, message: str) -> None:
-    """Refuse a record (``RecordError``) unless ``cond``."""
+def need(cond: bool, message: str, *parts: Any) -> None:
+    """Refuse a record (``RecordError``) unless ``cond``. With ``parts``, the message is
+    ``message.format(*parts)``, made only for a record refused (a converter checks every
+    step of every record: formatting each check's message costs more than the check)."""
     if not cond:
-        raise RecordError(message)
+        raise RecordError(message.format(*parts) if parts else message)
 
 
 def ours_of(trajectory: Sequence[Transition]) -> dict[str, Any]:
@@ -227,9 +229,10 @@ def _observation(text: str, extra: dict[str, Any] | None = None) -> Observation:
 
 
 def loads(text: str | bytes) -> Any:
-    """JSON text embedded in a record (a tool call's arguments): orjson where it can (five
-    times faster), else Python's parser, whose answer is the reference (it takes lone
-    surrogates, NaN and integers beyond 64 bits); ``ValueError`` when it is not JSON."""
+    """JSON text embedded in a record (a tool call's arguments), read as the record's own
+    lines are: orjson (five times faster), else Python's parser where orjson refuses the
+    text (lone surrogate escapes, NaN, a number beyond a double). Like the lines, an integer
+    beyond 64 bits comes back as a float. ``ValueError`` when it is not JSON."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:

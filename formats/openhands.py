@@ -87,7 +87,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     events, meta = _events(record)
     by_cause: dict[Any, list[str]] = {}
     for i, e in enumerate(events):
-        need(isinstance(e, dict), f"events[{i}]: not an object")
+        need(isinstance(e, dict), "events[{}]: not an object", i)
         if "observation" in e and "cause" in e:
             by_cause.setdefault(str(e["cause"]), []).append(as_text(e.get("content")))
     instruction: str | None = None
@@ -98,13 +98,13 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         if "action" not in e:
             continue
         kind = e.get("action")
-        need(isinstance(kind, str), f"{where}.action: not a string")
+        need(isinstance(kind, str), "{}.action: not a string", where)
         if e.get("source") == "user":
             if kind == "message" and instruction is None:
                 args = e.get("args") if isinstance(e.get("args"), dict) else {}
                 instruction = as_text(args.get("content", e.get("message")))
             continue
-        need("id" in e, f"{where}.id: missing")
+        need("id" in e, "{}.id: missing", where)
         answers = by_cause.get(str(e["id"]))
         response = (
             (e.get("tool_call_metadata") or {}).get("model_response") if isinstance(e.get("tool_call_metadata"), dict) else None

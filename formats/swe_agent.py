@@ -85,9 +85,9 @@ def _instruction(messages: list) -> str | None:
 
 def _from_steps(steps: list) -> Iterator[Step]:
     for i, s in enumerate(steps):
-        need(isinstance(s, dict), f"trajectory[{i}]: not an object")
+        need(isinstance(s, dict), "trajectory[{}]: not an object", i)
         action = s.get("action")
-        need(isinstance(action, str), f"trajectory[{i}].action: missing or not a string")
+        need(isinstance(action, str), "trajectory[{}].action: missing or not a string", i)
         if not action.strip():
             continue
         state = s.get("state")
@@ -100,7 +100,7 @@ def _from_messages(messages: list) -> Iterator[Step]:
     pending: Action | None = None
     seen: list[str] = []
     for i, m in enumerate(messages):
-        need(isinstance(m, dict), f"history[{i}]: not an object")
+        need(isinstance(m, dict), "history[{}]: not an object", i)
         if _demo(m):
             continue
         role = m.get("role")
