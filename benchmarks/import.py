@@ -1,6 +1,8 @@
 """Import and export throughput: transitions per second on one core, and peak memory.
 
     python benchmarks/import.py [--sizes 50000 200000] [--formats atif swe-agent openhands]
+    python benchmarks/import.py --sizes 200000 --repeat 3 --baseline /tmp/base   # same-run A/B
+
 
 For each format, the fixtures in ``../shared/fixtures/agent-data`` are replicated with
 fresh ids into one JSONL file of about N transitions (ATIF: Terminus's golden, 4
@@ -9,6 +11,11 @@ then ``trajforge import`` runs on it in a fresh interpreter (one process: one co
 its wall time, CPU time and peak RSS are read from the child's rusage. The 200,000 store
 is then exported to ATIF and to ADP the same way. Goals (issue 25): at least 20,000
 transitions a second per core, and peak memory flat from 50k to 200k transitions.
+
+``--repeat N`` runs each import N times (medians reported); ``--baseline DIR`` also runs
+every import with another checkout's ``trajforge.py`` (``git worktree add DIR REV``), in
+turn with this one on the same file, and reports both medians and their ratio (this
+machine is shared: only figures of the same run compare).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,12 +53,12 @@ def make_file(fmt: str, transitions: int, path: Path) -> int:
     return n * per
 
 
-def timed(cmd: list[str]) -> tuple[float, float, int, str]:
+def timed(cmd: list[str], root: Path = ROOT) -> tuple[float, float, int, str]:
     """Wall seconds, CPU seconds and peak RSS (KiB) of a command run by ``_CHILD`` (which
     reports its one child's rusage: a parent's children maximum would mix the runs), and
-    the command's output."""
+    the command's output. ``root``: the checkout whose ``trajforge.py`` runs."""
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _CHILD, *cmd], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *cmd], cwd=root, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
@@ -62,18 +70,33 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[50_000, 200_000])
     ap.add_argument("--formats", nargs="+", default=list(SOURCES), choices=list(SOURCES))
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each import (medians reported)")
+    ap.add_argument("--baseline", type=Path, help="another checkout, run in turn with this one")
     args = ap.parse_args(argv)
+    if args.baseline is not None and not (args.baseline / "trajforge.py").is_file():
+        raise SystemExit(f"--baseline: {args.baseline} has no trajforge.py")
     tmp = Path(tempfile.mkdtemp(prefix="trajforge-import-bench-"))
-    rows, exports = [], []
+    rows, exports, ab = [], [], []
     try:
         for fmt in args.formats:
             for size in args.sizes:
                 src = tmp / f"{fmt}-{size}.jsonl"
                 n = make_file(fmt, size, src)
                 store = tmp / f"store-{fmt}-{size}"
-                wall, cpu, rss, out = timed(["import", fmt, str(src), "--store", str(store), "--source", "bench"])
+                runs: dict[str, list[tuple[float, float, int]]] = {"this": [], "baseline": []}
+                for _ in range(args.repeat):
+                    for name, root in [("baseline", args.baseline), ("this", ROOT)]:
+                        if root is None:
+                            continue
+                        shutil.rmtree(store, ignore_errors=True)
+                        wall, cpu, rss, out = timed(["import", fmt, str(src), "--store", str(store), "--source", "bench"], root)
+                        runs[name].append((wall, cpu, rss))
+                        print(f"  {name}: {fmt} {n} transitions: {wall:.1f} s wall, {cpu:.1f} s CPU, peak {rss / 1024:.0f} MiB")
+                wall, cpu, rss = (statistics.median(r[i] for r in runs["this"]) for i in range(3))
                 rows.append((fmt, size, n, src.stat().st_size, wall, cpu, rss))
-                print(f"  {fmt} {n} transitions: {wall:.1f} s wall, {cpu:.1f} s CPU, peak {rss / 1024:.0f} MiB")
+                if runs["baseline"]:
+                    before = statistics.median(c for _, c, _ in runs["baseline"])
+                    ab.append((fmt, n, before, cpu, [c for _, c, _ in runs["this"]]))
                 src.unlink()
                 if size == max(args.sizes) and fmt == args.formats[0]:
                     for out_fmt in ("atif", "adp"):
@@ -96,6 +119,14 @@ def main(argv: list[str] | None = None) -> None:
         mib = nbytes / 2**20
         rates = f"{n / wall:,.0f} | {n / cpu:,.0f} | {mib / wall:,.0f}"
         print(f"| {fmt} | {n:,} | {mib:,.0f} | {wall:.1f} | {cpu:.1f} | {rates} | {rss / 1024:,.0f} |")
+    if ab:
+        print()
+        head = f"baseline: per CPU s (median of {args.repeat}) | this: per CPU s | this / baseline | this, runs"
+        print(f"| format | transitions | {head} |")
+        print("|---|---|---|---|---|---|")
+        for fmt, n, before, after, each in ab:
+            runs_text = ", ".join(f"{n / c:,.0f}" for c in each)
+            print(f"| {fmt} | {n:,} | {n / before:,.0f} | {n / after:,.0f} | {before / after:.2f}x | {runs_text} |")
     if exports:
         print()
         print("| export | transitions | wall s | CPU s | transitions/s (wall) | peak RSS MiB |")
