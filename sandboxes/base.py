@@ -249,8 +249,11 @@ class Sandbox(abc.ABC):
         if not self.started:
             raise SandboxError(f"{self.backend} sandbox is not started")
 
-    def exec_bytes(self, cmd: str, *, stdin: bytes | None = None, timeout: float | None = None) -> tuple[int, bytes]:
-        """Run a command for its raw stdout (file transfer); stderr goes to the error."""
+    def exec_bytes(
+        self, cmd: str, *, stdin: bytes | None = None, timeout: float | None = None, cap: int | None = None
+    ) -> tuple[int, bytes]:
+        """Run a command for its raw stdout (file transfer); stderr goes to the error. ``cap``:
+        keep at most that many bytes of stdout (the rest is read and dropped)."""
         self._check_usable()
         timeout = self.config.exec_timeout_s if timeout is None else timeout
         code, out, err = self._run(
@@ -258,7 +261,7 @@ class Sandbox(abc.ABC):
             stdin=stdin,
             env=self.config.environment(),
             timeout=timeout,
-            cap=1 << 62,
+            cap=1 << 62 if cap is None else cap,
         )
         if code != 0 and not self.alive():
             raise SandboxDied(f"{self.backend} sandbox died")

@@ -41,6 +41,7 @@ done
 """
 
 _TAIL = re.compile(rb"\0([0-9a-f]{32}) (\d+)\0\Z")
+_TOO_LONG = object()
 
 
 class Sent(Exception):
@@ -73,10 +74,13 @@ class Channel:
         except (OSError, IndexError):
             return False
 
-    def run(self, script: bytes, deadline: float) -> tuple[int, bytes] | None:
+    def run(self, script: bytes, deadline: float, limit: int = 64 << 20) -> tuple[int, bytes] | None:
         """The script's exit status and stdout; None when it was not sent (the channel is gone,
         or the script holds a NUL byte), so the caller may send it another way. Raises
-        ``Sent`` when the channel failed after the script reached it."""
+        ``Sent`` when the channel failed after the script reached it, and when the answer
+        grows past ``limit`` bytes: the pipe is open to the sandbox (``/proc/PID/fd/1`` of
+        the resident bash), so an agent can write into it, and what it writes is never kept
+        past that (the channel is killed, its flood with it)."""
         if b"\0" in script or not self.usable():
             return None
         end = secrets.token_hex(16)
@@ -86,13 +90,16 @@ class Channel:
         except (BrokenPipeError, ValueError, OSError):
             self.close()
             return None
-        out = self._read(end.encode(), deadline)
+        out = self._read(end.encode(), deadline, limit)
         if out is None:
             self.close()
             raise Sent("the sandbox's step channel stopped answering")
+        if out is _TOO_LONG:
+            self.close()
+            raise Sent(f"the sandbox's step channel answered more than {limit} bytes")
         return out
 
-    def _read(self, end: bytes, deadline: float) -> tuple[int, bytes] | None:
+    def _read(self, end: bytes, deadline: float, limit: int) -> tuple[int, bytes] | object | None:
         buf = bytearray()
         fd = self.proc.stdout.fileno()
         with selectors.DefaultSelector() as sel:
@@ -105,6 +112,8 @@ class Channel:
                 if not chunk:
                     return None
                 buf += chunk
+                if len(buf) > limit:
+                    return _TOO_LONG
                 # the end word can only be last: the channel writes it once the script is done
                 if buf.endswith(b"\0") and len(buf) >= 36:
                     m = _TAIL.search(buf, max(0, len(buf) - 64))

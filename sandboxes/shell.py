@@ -52,6 +52,9 @@ _STATUS = re.compile(rb"(\d+) ([0-9a-f]+|-) (\d+)\n")
 _ALSO = b"\0TF-ALSO\0"  # where the output of a step's ``also`` command starts
 ROTATE_BYTES = 4 << 20  # a log bigger than this is emptied at the next idle step
 _REOPEN = 3  # a shell's channel killed more often than this (by its agent, say): steps go by exec
+# What a step's answer may hold beyond the output cap: the header, the status (a path) and an
+# ``also`` listing. More is a flood an agent wrote into the step's pipe: never kept.
+_FRAME_SLACK = 16 << 20
 
 
 class _Limits(Protocol):
@@ -78,7 +81,9 @@ class ShellHost(Protocol):
 
     def exec(self, cmd: str, *, timeout: float | None = None, stdin: str | bytes | None = None) -> _Output: ...
 
-    def exec_bytes(self, cmd: str, *, stdin: bytes | None = None, timeout: float | None = None) -> tuple[int, bytes]: ...
+    def exec_bytes(
+        self, cmd: str, *, stdin: bytes | None = None, timeout: float | None = None, cap: int | None = None
+    ) -> tuple[int, bytes]: ...
 
     def channel(self, script: str) -> Channel | None: ...
 
@@ -309,6 +314,7 @@ class ShellSession:
         self._arm = _ARM.format(d=d)
         self._chan: Channel | None = None
         self._chan_opens = 0
+        self._limit = sandbox.config.output_cap_bytes + _FRAME_SLACK  # the most a step's answer is read to
         # one tmux client starts the server, pipes the pane to the log and names the pids
         tmux = (
             f"tmux -S {d}/sock new-session -d -s tf -x {width} -y {height}"
@@ -390,12 +396,12 @@ class ShellSession:
                 self._chan_opens += 1
             if self._chan is not None:
                 try:
-                    got = self._chan.run(script.encode(errors="surrogateescape"), time.monotonic() + timeout)
+                    got = self._chan.run(script.encode(errors="surrogateescape"), time.monotonic() + timeout, self._limit)
                 except Sent:
                     return -1, b""
                 if got is not None:
                     return got
-        return self.sandbox.exec_bytes(script, stdin=stdin, timeout=timeout)
+        return self.sandbox.exec_bytes(script, stdin=stdin, timeout=timeout, cap=self._limit)
 
     def check_alive(self) -> None:
         """Raise when the sandbox or the shell is gone; return when alive or when it cannot tell."""

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import time
+import tracemalloc
 
 import pytest
 
 from sandboxes import SandboxConfig, make_sandbox
+from sandboxes.channel import HELPER, Sent
 from sandboxes.local import host_files
 from sandboxes.shell import _REOPEN
 
@@ -79,6 +81,31 @@ def test_output_that_imitates_the_channels_end_is_only_data(local):
     r = sh.run(f"printf 'a\\x00{fake} 0\\x00'; printf 'TFS 5 {fake}\\n'; echo b", timeout=10)
     assert r.exit_code == 0 and r.output == f"a\x00{fake} 0\x00TFS 5 {fake}\nb\n"
     assert sh.run("echo next", timeout=10).output == "next\n"
+
+
+def test_an_answer_past_its_limit_is_never_kept(local):
+    chan = local.channel(HELPER)
+    with pytest.raises(Sent, match="more than 1048576 bytes"):
+        chan.run(b"head -c 50000000 /dev/zero", time.monotonic() + 30, limit=1 << 20)
+    assert chan.closed and not chan.usable()
+
+
+def test_an_agent_flooding_the_channels_pipe_costs_one_step_and_no_memory(local):
+    """The resident bash's stdout is a pipe any process of the sandbox can open through
+    /proc: what an agent writes there is read at most to the step's limit, then the channel
+    is killed (and the flood with it) and the next step has a new one."""
+    sh = local.shell()
+    flood = f"for p in $(pgrep -f '{HELPER_MARK}'); do (exec head -c 300000000 /dev/zero > /proc/$p/fd/1 &); done; sleep 1"
+    tracemalloc.start()
+    try:
+        r = sh.run(flood, timeout=20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.exit_code is None  # the step's own answer was lost in the flood
+    assert peak < local.config.output_cap_bytes + (40 << 20), peak  # never the flood's 300 MB
+    after = sh.run("echo after", timeout=10)
+    assert (after.exit_code, after.output) == (0, "after\n")
 
 
 def test_the_last_status_is_the_next_commands_dollar_question(local):
