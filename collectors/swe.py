@@ -23,11 +23,13 @@ from typing import Any
 from collectors.actions import ActionError, ActionSpace, ActionSpec
 from collectors.env import EnvError, Task
 from collectors.terminal import RunCommand, SandboxEnv, clean
+from sandboxes import FileTooLarge
 from schemas.transition import Observation
 from schemas.volatile import detect_spans
 
 REPO = "/work/repo"
 VIEW_LINES = 100
+EDIT_MAX_BYTES = 8 << 20  # the editor opens files up to this size (a sparse file can claim terabytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,7 +235,12 @@ class SWEEnv(SandboxEnv):
             return f"Created {action.path} ({action.content.count(chr(10)) + 1} lines)."
         if not exists:
             raise ActionError(f"{action.kind}: {action.path}: no such file")
-        text = self.sandbox.read_file(path).decode(errors="replace")
+        try:
+            text = self.sandbox.read_file(path, limit=EDIT_MAX_BYTES).decode(errors="replace")
+        except FileTooLarge:
+            raise ActionError(
+                f"{action.kind}: {action.path} is larger than {EDIT_MAX_BYTES >> 20} MiB: the editor does not open it"
+            ) from None
         if isinstance(action, StrReplace):
             n = text.count(action.old)
             if n != 1:

@@ -3,7 +3,7 @@ namespaces over a read-only root (``LocalSandbox``), behind one ``Sandbox`` prot
 
 from __future__ import annotations
 
-from sandboxes.base import ExecResult, Sandbox, SandboxConfig, SandboxDied, SandboxError, TreeEntry
+from sandboxes.base import ExecResult, FileTooLarge, Sandbox, SandboxConfig, SandboxDied, SandboxError, TreeEntry
 from sandboxes.shell import ShellDied, ShellResult, ShellSession
 
 
@@ -39,6 +39,7 @@ def open_sandbox(config: SandboxConfig | None = None) -> Sandbox:
 
 __all__ = [
     "ExecResult",
+    "FileTooLarge",
     "Sandbox",
     "SandboxConfig",
     "SandboxDied",

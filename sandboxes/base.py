@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandboxes.channel import Channel
-from sandboxes.errors import SandboxDied, SandboxError
+from sandboxes.errors import FileTooLarge, SandboxDied, SandboxError
 from sandboxes.procs import EXEC_MARK
 from sandboxes.shell import ShellSession
 
@@ -268,10 +268,19 @@ class Sandbox(abc.ABC):
         return code, b"".join(out.parts) if code == 0 else err.text().encode()
 
     # files
-    def read_file(self, path: str) -> bytes:
-        code, data = self.exec_bytes(f"cat -- {shlex.quote(path)}")
+    def read_file(self, path: str, *, limit: int | None = None) -> bytes:
+        """A file's bytes. With ``limit``, never more than that many are read (the file is
+        the agent's: a sparse one can claim terabytes) and a longer file raises
+        ``FileTooLarge``."""
+        q = shlex.quote(path)
+        if limit is None:
+            code, data = self.exec_bytes(f"cat -- {q}")
+        else:
+            code, data = self.exec_bytes(f"head -c {int(limit) + 1} -- {q}", cap=int(limit) + 1)
         if code != 0:
             raise FileNotFoundError(f"{path}: {data.decode(errors='replace').strip()}")
+        if limit is not None and len(data) > limit:
+            raise FileTooLarge(f"{path}: longer than {limit} bytes")
         return data
 
     def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:

@@ -16,3 +16,7 @@ class SandboxError(TrajforgeError):
 
 class SandboxDied(SandboxError):
     """The sandbox's container or init process is gone."""
+
+
+class FileTooLarge(SandboxError):
+    """A file in the sandbox is longer than its reader takes (``Sandbox.read_file(limit=)``)."""

@@ -80,6 +80,11 @@ def test_swe_edits_errors_and_success(config, tasks):
         assert "outside the repository" in info["action_error"]
         _, _, _, _, info = env.step({"action": "view", "path": "missing.py"})
         assert info["action_error"] == "view: missing.py: no such file"
+        # a sparse file claiming 64 GiB: the editor refuses it, and reads 8 MiB of it at most
+        assert env.sandbox.exec("truncate -s 64G huge.py", cwd="/work/repo").exit_code == 0
+        _, _, _, _, info = env.step({"action": "str_replace", "path": "huge.py", "old": "a", "new": "b"})
+        assert info["action_error"] == "str_replace: huge.py is larger than 8 MiB: the editor does not open it"
+        env.sandbox.exec("rm huge.py", cwd="/work/repo")
         patch = gold_patch(task.extra["repo"])
         env.sandbox.write_file("/tmp/gold.patch", patch)
         assert env.sandbox.exec("git apply /tmp/gold.patch", cwd="/work/repo").exit_code == 0
