@@ -77,3 +77,21 @@ def test_lone_surrogates_become_replacement_characters_in_every_reader(agent_dat
 
     got = run_query("SELECT DISTINCT instruction FROM transitions", str(tmp_path / "st-one.json")).to_pylist()
     assert got == [{"instruction": "bad \ufffd half"}]
+
+
+def test_an_import_leaves_the_cycle_collector_as_it_found_it(agent_data, tmp_path):
+    """The import raises the collector's threshold and freezes what is alive while it
+    runs; it restores both when it ends, also when a ``--strict`` import stops on a bad
+    record."""
+    import gc
+
+    from schemas.errors import ConfigError
+
+    before = gc.get_threshold()
+    (tmp_path / "bad.jsonl").write_text((agent_data / FIXTURES["atif"]).read_text().replace("\n", " ") + "\n{\n")
+    s = import_files("atif", [tmp_path / "bad.jsonl"], tmp_path / "st", source="gc")
+    assert (s.trajectories, s.malformed) == (1, 1)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    with pytest.raises(ConfigError, match="line 2"):
+        import_files("atif", [tmp_path / "bad.jsonl"], tmp_path / "st2", source="gc", strict=True)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
