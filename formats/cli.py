@@ -44,9 +44,15 @@ def export(
     where: Annotated[
         str | None, typer.Option(help="SQL condition over the transitions view: the trajectories to export.")
     ] = None,
+    timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: no limit).")] = None,
+    memory: Annotated[
+        str | None, typer.Option(help="Query engine's memory cap, e.g. 2GB (default: half the RAM, at most 4GB).")
+    ] = None,
 ) -> None:
     """Write a selection of a store's trajectories in one of the field's formats."""
+    import math
+
     from formats.exporter import export_store
 
-    s = export_store(fmt, store, out, where=where)
+    s = export_store(fmt, store, out, where=where, timeout=math.inf if timeout is None else timeout, memory=memory)
     typer.echo(f"exported {s.trajectories} trajectories ({s.transitions} transitions) to {s.files} files in {out}")

@@ -3,7 +3,10 @@ trajectories (collected, imported or simulated) in one of the field's formats.
 
 ``--where`` is a condition over the ``transitions`` view, run through the same read-only
 query engine as ``trajforge query``; every trajectory with a matching row is written
-whole. Rows stream in trajectory order; each trajectory is written as its own file
+whole. Rows stream in the store's order, each with its trajectory's row count, and a
+trajectory is written once all its rows have come: memory holds the trajectories under
+way (one, where a store keeps a trajectory's rows together, as trajforge's writers do),
+never the store, and the engine sorts nothing. Each trajectory is written as its own file
 (``<trajectory_id>.json``, for formats of one object per trajectory) or as one line of
 ``<format>.jsonl``, each file first written beside its final name and then renamed.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,30 +35,52 @@ class ExportSummary:
     files: int = 0
 
 
+#: Name of the column the selection adds: the row's trajectory's number of selected rows.
+ROWS = "trajforge_trajectory_rows"
+
+
 def selection_sql(where: str | None) -> str:
-    if not where or not where.strip():
-        return "SELECT * FROM transitions ORDER BY trajectory_id, step"
+    """Every row of the selected trajectories, in the store's order, with its trajectory's
+    row count (``ROWS``): a join on the counts, which stream, where an ``ORDER BY`` would
+    hold the whole selection in the engine's memory."""
+    chosen = f" WHERE trajectory_id IN (SELECT trajectory_id FROM transitions WHERE ({where}))" if where and where.strip() else ""
     return (
-        "SELECT * FROM transitions WHERE trajectory_id IN "
-        f"(SELECT trajectory_id FROM transitions WHERE ({where})) ORDER BY trajectory_id, step"
+        f"WITH counts AS (SELECT trajectory_id, count(*) AS n FROM transitions{chosen} GROUP BY trajectory_id) "
+        f"SELECT t.*, counts.n AS {ROWS} FROM transitions AS t JOIN counts ON t.trajectory_id = counts.trajectory_id"
     )
 
 
-def trajectories(store: Store | str, where: str | None = None) -> Iterator[list[Transition]]:
-    """The selected trajectories, whole, one at a time (rows stream in trajectory order)."""
-    current: list[Transition] = []
-    for batch in execute(selection_sql(where), store):
-        for t in from_record_batch(batch):
-            if current and t.trajectory_id != current[0].trajectory_id:
-                yield current
-                current = []
-            current.append(t)
-    if current:
-        yield current
+def trajectories(
+    store: Store | str, where: str | None = None, *, timeout: float = math.inf, memory: str | None = None
+) -> Iterator[list[Transition]]:
+    """The selected trajectories, whole and in step order, one at a time, each as soon as
+    its last row has come. ``timeout`` (seconds) and ``memory`` bound the query engine as
+    for ``trajforge query`` (no time limit by default: an export is a batch job)."""
+    pending: dict[str, list[Transition]] = {}
+    for batch in execute(selection_sql(where), store, timeout=timeout, memory=memory):
+        counts = batch.column(ROWS).to_pylist()
+        for t, n in zip(from_record_batch(batch.drop_columns([ROWS])), counts, strict=True):
+            rows = pending.setdefault(t.trajectory_id, [])
+            rows.append(t)
+            if len(rows) >= n:
+                del pending[t.trajectory_id]
+                yield sorted(rows, key=_step)
+    for rows in pending.values():  # never, unless the store changed under the query
+        yield sorted(rows, key=_step)
+
+
+def _step(t: Transition) -> int:
+    return t.step
 
 
 def export_store(
-    fmt: str, store: str | os.PathLike[str], out: str | os.PathLike[str], *, where: str | None = None
+    fmt: str,
+    store: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    where: str | None = None,
+    timeout: float = math.inf,
+    memory: str | None = None,
 ) -> ExportSummary:
     module = format_module(fmt, export=True)
     handle = Store.open(os.fspath(store))
@@ -65,7 +91,7 @@ def export_store(
     partial, final = folder / f".{module.NAME}.jsonl.partial", folder / f"{module.NAME}.jsonl"
     with contextlib.ExitStack() as stack:
         lines = None if one_file_each else stack.enter_context(open(partial, "w", encoding="utf-8"))
-        for trajectory in trajectories(handle, where):
+        for trajectory in trajectories(handle, where, timeout=timeout, memory=memory):
             value = module.export(trajectory)
             summary.trajectories += 1
             summary.transitions += len(trajectory)

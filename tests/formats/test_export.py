@@ -1,0 +1,71 @@
+"""Exports stream: a trajectory is written whole and in step order wherever its rows lie in
+the store, and the query engine holds counts, never the selection."""
+
+from __future__ import annotations
+
+import json
+
+from formats.exporter import export_store, trajectories
+from formats.importer import import_files
+from pipelines.store.writer import ShardWriter
+
+
+def _import_copies(agent_data, tmp_path, fixture: str, fmt: str, copies: int, name: str = "runs.jsonl"):
+    record = json.loads((agent_data / fixture).read_text())
+    with open(tmp_path / name, "w") as f:
+        for i in range(copies):
+            f.write(
+                json.dumps(
+                    {"instance_id": f"copy-{i}", "history": record}
+                    if fmt == "openhands"
+                    else record | {"instance_id": f"copy-{i}"}
+                )
+                + "\n"
+            )
+    return import_files(fmt, [tmp_path / name], tmp_path / "store", source="copies")
+
+
+def test_a_trajectory_split_across_batches_and_shards_exports_as_if_it_were_whole(agent_data, tmp_path):
+    """Rows of one trajectory in two shards, the later steps first and another trajectory
+    between them: the export is byte for byte the export of the store written in order."""
+    _import_copies(agent_data, tmp_path, "swe-agent/pydicom__pydicom-1458.traj", "swe-agent", 2)
+    first, second = list(trajectories(tmp_path / "store"))
+    assert len(first) == len(second) == 12
+    scrambled = tmp_path / "scrambled"
+    run = first[0].provenance.run_id
+    with ShardWriter(str(scrambled), "swe", run) as w:
+        w.write_episode(first[6:])
+        w.write_episode(second)
+    with ShardWriter(str(scrambled), "swe", run) as w:  # a second shard of the run
+        w.write_episode(first[:6])
+    got = list(trajectories(scrambled))
+    assert sorted(len(t) for t in got) == [12, 12]
+    assert all([t.step for t in traj] == list(range(12)) for traj in got)
+    export_store("atif", tmp_path / "store", tmp_path / "in-order")
+    export_store("atif", scrambled, tmp_path / "out-of-order")
+    names = sorted(p.name for p in (tmp_path / "in-order").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "out-of-order").iterdir()) and len(names) == 2
+    for name in names:
+        assert (tmp_path / "in-order" / name).read_bytes() == (tmp_path / "out-of-order" / name).read_bytes()
+
+
+def test_an_export_larger_than_the_engines_memory_streams(agent_data, tmp_path):
+    """3,000 OpenHands runs (70 MB of text) export under a 48 MB engine cap: sorting the
+    selection in the engine, as the export once did, needs it all in memory and fails."""
+    from pipelines.query import QueryError, execute
+
+    s = _import_copies(agent_data, tmp_path, "openhands/basic.json", "openhands", 3000)
+    assert s.transitions == 6000
+    try:
+        sum(
+            b.num_rows
+            for b in execute("SELECT * FROM transitions ORDER BY trajectory_id, step", tmp_path / "store", memory="48MB")
+        )
+    except QueryError as exc:
+        assert "more memory than --memory 48MB" in str(exc)
+    else:
+        raise AssertionError("the sorted selection fit in 48 MB: the store is too small to show anything")
+    out = export_store("adp", tmp_path / "store", tmp_path / "out", memory="48MB", where="step = 1")
+    assert (out.trajectories, out.transitions) == (3000, 6000)
+    docs = [json.loads(line) for line in (tmp_path / "out" / "adp.jsonl").read_text().splitlines()]
+    assert len({d["id"] for d in docs}) == 3000
