@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from formats import format_module
+from formats import fewer_collections, format_module
 from pipelines.query import execute
 from pipelines.store.reader import Store
 from schemas.arrow import from_record_batch
@@ -89,7 +89,7 @@ def export_store(
     summary = ExportSummary()
     one_file_each = getattr(module, "ONE_FILE_PER_TRAJECTORY", True)
     partial, final = folder / f".{module.NAME}.jsonl.partial", folder / f"{module.NAME}.jsonl"
-    with contextlib.ExitStack() as stack:
+    with contextlib.ExitStack() as stack, fewer_collections():
         lines = None if one_file_each else stack.enter_context(open(partial, "w", encoding="utf-8"))
         for trajectory in trajectories(handle, where, timeout=timeout, memory=memory):
             value = module.export(trajectory)

@@ -14,20 +14,18 @@ ends the import with that line as the error).
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from formats import format_module
+from formats import fewer_collections, format_module
 from formats.episode import Origin, RecordError, to_transitions
 from pipelines.store.reader import Store
 from pipelines.store.shards import read_column
@@ -38,7 +36,6 @@ from schemas.transition import EXECUTED, Transition
 SUFFIXES = (".json", ".jsonl", ".traj", ".ndjson")
 BATCH_ROWS = 2048  # whole trajectories buffered per domain before a record batch is written
 SHOWN_PROBLEMS = 20
-GC_THRESHOLD = 50_000  # new containers between two collections of the youngest generation during an import
 READ_BUFFER = 1 << 20  # records of 100 KiB are common: the default 8 KiB buffer reads each in pieces, 5x slower
 
 
@@ -247,7 +244,7 @@ def import_files(
     summary = ImportSummary(run_id_for(source))
     seen = existing_trajectories(handle, summary.run_id)
     sink = _Sink(handle, summary)
-    with _fewer_collections():
+    with fewer_collections():
         try:
             for path in files:
                 summary.files += 1
@@ -288,25 +285,6 @@ def _import_file(module, path: Path, origin: Origin, sink: _Sink, seen: set[str]
                 continue
             seen.add(transitions[0].trajectory_id)
             sink.add(transitions)
-
-
-@contextmanager
-def _fewer_collections() -> Iterator[None]:
-    """Python's cycle collector tuned for a bulk import: what is alive when it starts (the
-    modules, the ids already imported) is frozen out of its scans, and a collection runs
-    every ``GC_THRESHOLD`` new containers instead of every 700. Each parsed record is
-    hundreds of dicts and lists that die with it (reference counting frees them: records
-    and transitions hold no cycles), and the default scanned them, and everything older,
-    again and again: a tenth of an import's time. Cycles (a failed record's traceback)
-    are still collected, just less often."""
-    old = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, *old[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
 
 
 def _with(ep, executed: str):

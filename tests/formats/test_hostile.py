@@ -79,19 +79,33 @@ def test_lone_surrogates_become_replacement_characters_in_every_reader(agent_dat
     assert got == [{"instruction": "bad \ufffd half"}]
 
 
-def test_an_import_leaves_the_cycle_collector_as_it_found_it(agent_data, tmp_path):
+def test_an_import_leaves_the_cycle_collector_as_it_found_it(agent_data, tmp_path, monkeypatch):
     """The import raises the collector's threshold and freezes what is alive while it
     runs; it restores both when it ends, also when a ``--strict`` import stops on a bad
     record."""
     import gc
 
+    from formats import GC_THRESHOLD, atif
     from schemas.errors import ConfigError
 
+    during = []
+    convert = atif.episodes
+    monkeypatch.setattr(
+        atif, "episodes", lambda *a: (during.append((gc.get_threshold()[0], gc.get_freeze_count())), convert(*a))[1]
+    )
     before = gc.get_threshold()
     (tmp_path / "bad.jsonl").write_text((agent_data / FIXTURES["atif"]).read_text().replace("\n", " ") + "\n{\n")
     s = import_files("atif", [tmp_path / "bad.jsonl"], tmp_path / "st", source="gc")
     assert (s.trajectories, s.malformed) == (1, 1)
+    assert during[0][0] == GC_THRESHOLD and during[0][1] > 0
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
     with pytest.raises(ConfigError, match="line 2"):
         import_files("atif", [tmp_path / "bad.jsonl"], tmp_path / "st2", source="gc", strict=True)
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    gc.freeze()  # a process that froze objects of its own: they stay frozen
+    try:
+        frozen = gc.get_freeze_count()
+        import_files("atif", [tmp_path / "bad.jsonl"], tmp_path / "st3", source="gc")
+        assert 0 < gc.get_freeze_count() <= frozen and gc.get_threshold() == before  # (frozen objects still die)
+    finally:
+        gc.unfreeze()
