@@ -21,10 +21,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
+
 from formats import fewer_collections, format_module
 from pipelines.query import execute
 from pipelines.store.reader import Store
 from schemas.arrow import from_record_batch
+from schemas.errors import ConfigError
 from schemas.transition import Transition
 
 
@@ -43,11 +46,25 @@ def selection_sql(where: str | None) -> str:
     """Every row of the selected trajectories, in the store's order, with its trajectory's
     row count (``ROWS``): a join on the counts, which stream, where an ``ORDER BY`` would
     hold the whole selection in the engine's memory."""
-    chosen = f" WHERE trajectory_id IN (SELECT trajectory_id FROM transitions WHERE ({where}))" if where and where.strip() else ""
+    chosen = ""
+    if where and where.strip():
+        chosen = f" WHERE trajectory_id IN (SELECT trajectory_id FROM transitions WHERE ({_condition(where)}\n))"
     return (
         f"WITH counts AS (SELECT trajectory_id, count(*) AS n FROM transitions{chosen} GROUP BY trajectory_id) "
         f"SELECT t.*, counts.n AS {ROWS} FROM transitions AS t JOIN counts ON t.trajectory_id = counts.trajectory_id"
     )
+
+
+def _condition(where: str) -> str:
+    """``--where`` if DuckDB's parser reads it as one expression, else a ``ConfigError``: a
+    text that would close the selection's parentheses to add clauses of its own is refused
+    before anything runs (and a line comment ends at the line the selection adds)."""
+    try:
+        duckdb.SQLExpression(where)
+    except duckdb.Error as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"--where: not one SQL condition over the transitions view ({first})") from None
+    return where
 
 
 def trajectories(
@@ -65,7 +82,7 @@ def trajectories(
             if len(rows) >= n:
                 del pending[t.trajectory_id]
                 yield sorted(rows, key=_step)
-    for rows in pending.values():  # never, unless the store changed under the query
+    for rows in pending.values():  # never: each row of a counted trajectory comes with its count
         yield sorted(rows, key=_step)
 
 

@@ -69,3 +69,24 @@ def test_an_export_larger_than_the_engines_memory_streams(agent_data, tmp_path):
     assert (out.trajectories, out.transitions) == (3000, 6000)
     docs = [json.loads(line) for line in (tmp_path / "out" / "adp.jsonl").read_text().splitlines()]
     assert len({d["id"] for d in docs}) == 3000
+
+
+def test_a_where_that_is_not_one_condition_is_refused_before_it_runs(agent_data, tmp_path):
+    """``--where`` goes into the selection's SQL: a text that closes its parentheses to
+    add clauses of its own (it once reached the exporter as a result without the row
+    counts, a traceback) is refused with one line; a condition with a comment works."""
+    import pytest
+
+    from schemas.errors import ConfigError
+
+    import_files("atif", [agent_data / "atif"], tmp_path / "store", source="goldens")
+    for where in [
+        "1=1)) GROUP BY trajectory_id) SELECT 1 AS a --",
+        "1=1)) GROUP BY trajectory_id) SELECT * FROM transitions --",
+        "1=1) OR (1=1",
+        "1=1; DROP TABLE x",
+    ]:
+        with pytest.raises(ConfigError, match=r"^--where: not one SQL condition over the transitions view \("):
+            export_store("atif", tmp_path / "store", tmp_path / "out", where=where)
+    s = export_store("atif", tmp_path / "store", tmp_path / "out", where="domain = 'swe' -- the SWE run only")
+    assert (s.trajectories, s.transitions) == (1, 2)
