@@ -29,12 +29,13 @@ from formats import fewer_collections, format_module
 from formats.episode import Origin, RecordError, to_transitions
 from pipelines.store.reader import Store
 from pipelines.store.shards import read_column
-from pipelines.store.writer import ShardWriter
+from pipelines.store.writer import ShardWriter, WriterOptions, row_bytes
 from schemas.errors import ConfigError, SchemaError
 from schemas.transition import EXECUTED, Transition
 
 SUFFIXES = (".json", ".jsonl", ".traj", ".ndjson")
-BATCH_ROWS = 2048  # whole trajectories buffered per domain before a record batch is written
+BATCH_ROWS = 2048  # whole trajectories buffered per domain before a record batch is written ...
+BATCH_BYTES = WriterOptions().bytes_per_batch  # ... or this many bytes of them (``row_bytes``), whichever comes first
 SHOWN_PROBLEMS = 20
 READ_BUFFER = 1 << 20  # records of 100 KiB are common: the default 8 KiB buffer reads each in pieces, 5x slower
 
@@ -306,15 +307,17 @@ class _Sink:
         self.store, self.summary = store, summary
         self.writers: dict[str, ShardWriter] = {}
         self.buffers: dict[str, list[Transition]] = {}
+        self.sizes: dict[str, int] = {}  # row_bytes of each buffer
 
     def add(self, transitions: list[Transition]) -> None:
         d = transitions[0].domain
         buf = self.buffers.setdefault(d, [])
         buf.extend(transitions)
+        self.sizes[d] = self.sizes.get(d, 0) + sum(map(row_bytes, transitions))
         self.summary.trajectories += 1
         self.summary.transitions += len(transitions)
         self.summary.by_domain[d] = self.summary.by_domain.get(d, 0) + len(transitions)
-        if len(buf) >= BATCH_ROWS:
+        if len(buf) >= BATCH_ROWS or self.sizes[d] >= BATCH_BYTES:
             self._flush(d)
 
     def _flush(self, domain: str) -> None:
@@ -324,7 +327,7 @@ class _Sink:
         if domain not in self.writers:
             self.writers[domain] = ShardWriter(self.store, domain, self.summary.run_id)
         self.writers[domain].write_episode(buf)  # whole trajectories: a kill keeps all of them or none
-        self.buffers[domain] = []
+        self.buffers[domain], self.sizes[domain] = [], 0
 
     def close(self) -> None:
         try:

@@ -67,8 +67,12 @@ def _trajectory_boundary(batch: pa.RecordBatch, room: int) -> int:
     return room
 
 
-def _text_bytes(t: Transition) -> int:
-    return len(t.state.text) + len(t.next_state.text) + len(t.action.raw) + len(t.action.canonical) + 512
+def row_bytes(t: Transition) -> int:
+    """About what a transition takes in a record batch: its texts, screenshots, action and
+    instruction, and 512 bytes for the rest (what ``bytes_per_batch`` counts)."""
+    state, after = t.state, t.next_state
+    observations = len(state.text) + len(after.text) + len(state.screenshot_png or b"") + len(after.screenshot_png or b"")
+    return observations + len(t.action.raw) + len(t.action.canonical) + len(t.instruction or "") + 512
 
 
 class ShardWriter:
@@ -125,7 +129,7 @@ class ShardWriter:
         if self.manifest.kind == "raw" and transition.provenance.run_id != self.run_id:
             raise SchemaError("provenance.run_id", f"{transition.provenance.run_id!r} written to run {self.run_id!r}")
         self._rows.append(transition)
-        self._buffered_bytes += _text_bytes(transition)
+        self._buffered_bytes += row_bytes(transition)
         if len(self._rows) >= self.options.rows_per_batch or self._buffered_bytes >= self.options.bytes_per_batch:
             self.flush()
 

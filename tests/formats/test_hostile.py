@@ -109,3 +109,26 @@ def test_an_import_leaves_the_cycle_collector_as_it_found_it(agent_data, tmp_pat
         assert 0 < gc.get_freeze_count() <= frozen and gc.get_threshold() == before  # (frozen objects still die)
     finally:
         gc.unfreeze()
+
+
+def test_long_observations_make_smaller_record_batches(agent_data, tmp_path):
+    """The import cuts a record batch at ``BATCH_BYTES`` of rows as well as at
+    ``BATCH_ROWS`` rows: 300 runs with 100 KB observations (60 MB of text) were one batch
+    of 600 rows, and an import held all of it, several times over, before writing it."""
+    import pyarrow as pa
+
+    from formats import importer
+
+    events = json.loads((agent_data / "openhands" / "basic.json").read_text())
+    rng = random.Random(5)
+    with open(tmp_path / "long.jsonl", "w") as f:
+        for i in range(300):
+            events[2]["content"] = "".join(rng.choices("abc \n", k=100_000))
+            f.write(json.dumps({"instance_id": f"long-{i}", "history": events}) + "\n")
+    s = import_files("openhands", [tmp_path / "long.jsonl"], tmp_path / "st", source="long")
+    assert s.transitions == 600
+    (shard,) = (tmp_path / "st").rglob("part-*.arrow")
+    reader = pa.ipc.open_file(shard)
+    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    assert sum(b.num_rows for b in batches) == 600 and len(batches) >= 6
+    assert max(b.num_rows for b in batches) * 100_000 <= 2 * importer.BATCH_BYTES
