@@ -40,6 +40,9 @@ class ExportSummary:
 
 #: Name of the column the selection adds: the row's trajectory's number of selected rows.
 ROWS = "trajforge_trajectory_rows"
+#: Rows of a result batch: each is turned into Python objects whole, so a batch of 8,192 rows of
+#: 100 KB observations held 1.6 GB twice (Arrow, then Python); at 256, no slower on short rows.
+EXPORT_BATCH_ROWS = 256
 
 
 def selection_sql(where: str | None) -> str:
@@ -74,7 +77,7 @@ def trajectories(
     its last row has come. ``timeout`` (seconds) and ``memory`` bound the query engine as
     for ``trajforge query`` (no time limit by default: an export is a batch job)."""
     pending: dict[str, list[Transition]] = {}
-    for batch in execute(selection_sql(where), store, timeout=timeout, memory=memory):
+    for batch in execute(selection_sql(where), store, timeout=timeout, memory=memory, batch_rows=EXPORT_BATCH_ROWS):
         counts = batch.column(ROWS).to_pylist()
         for t, n in zip(from_record_batch(batch.drop_columns([ROWS])), counts, strict=True):
             rows = pending.setdefault(t.trajectory_id, [])
