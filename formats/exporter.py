@@ -19,6 +19,7 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 import duckdb
@@ -84,13 +85,9 @@ def trajectories(
             rows.append(t)
             if len(rows) >= n:
                 del pending[t.trajectory_id]
-                yield sorted(rows, key=_step)
+                yield sorted(rows, key=attrgetter("step"))
     for rows in pending.values():  # never: each row of a counted trajectory comes with its count
-        yield sorted(rows, key=_step)
-
-
-def _step(t: Transition) -> int:
-    return t.step
+        yield sorted(rows, key=attrgetter("step"))
 
 
 def export_store(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from formats.exporter import export_store, trajectories
 from formats.importer import import_files
 from pipelines.store.writer import ShardWriter
@@ -75,8 +77,6 @@ def test_a_where_that_is_not_one_condition_is_refused_before_it_runs(agent_data,
     """``--where`` goes into the selection's SQL: a text that closes its parentheses to
     add clauses of its own (it once reached the exporter as a result without the row
     counts, a traceback) is refused with one line; a condition with a comment works."""
-    import pytest
-
     from schemas.errors import ConfigError
 
     import_files("atif", [agent_data / "atif"], tmp_path / "store", source="goldens")
