@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from schemas.transition import Action, Observation, Provenance, Transition, canonical_json
+from schemas.transition import Action, Observation, Provenance, Transition, canonical_json, content_hash, transition_id
 from schemas.volatile import detect_spans
 
 #: Tool names that run a shell command (the agent frameworks' spellings) -> trajforge's ``run``.
@@ -174,11 +174,13 @@ def to_transitions(
     ep: Episode, origin: Origin, *, trajectory_key: tuple[str, ...] = (), collected_at: datetime | None = None
 ) -> list[Transition]:
     """An episode's transitions (empty for an episode without steps). The trajectory id
-    comes from the source's name, the record id and ``trajectory_key`` (the importer passes
-    the digest of the record's bytes and the episode's place in it: two different records
-    that share an id, as files from one run often do, stay apart)."""
+    comes from the source's name, the record id, ``trajectory_key`` (the importer passes
+    the episode's place in its record) and the episode's ``fingerprint``: two different
+    records that share an id, as files from one run often do, stay apart, and the same
+    record read again, from any file, in any spelling of its JSON, gets the same ids."""
+    if not ep.steps:
+        return []
     domain = origin.domain or ep.domain or infer_domain(ep)
-    trajectory_id = "imp-" + stable_id(origin.source, ep.record_id, *trajectory_key)
     provenance = Provenance(
         run_id=origin.run_id,
         collector=f"import:{origin.format}",
@@ -187,7 +189,7 @@ def to_transitions(
         model=ep.model,
         job_id=origin.run_id,
         collected_at=collected_at or datetime.now(UTC),
-        extra=canonical_json(ep.extra),
+        extra=canonical_json(ep.extra) if ep.extra else "{}",
         origin="imported",
         executed=ep.executed,
         source=origin.source,
@@ -197,31 +199,53 @@ def to_transitions(
         license=origin.license,
         agent=ep.agent,
     )
-    out: list[Transition] = []
-    state = _observation(ep.initial)
+    observations = [_observation(ep.initial), *(_observation(s.observation, s.extra) for s in ep.steps)]
+    hashes = [content_hash(observations[i], s.action, observations[i + 1]) for i, s in enumerate(ep.steps)]
     last = len(ep.steps) - 1
-    for i, step in enumerate(ep.steps):
-        next_state = _observation(step.observation, step.extra)
-        reward = step.reward if step.reward is not None else (ep.reward if i == last else None)
-        out.append(
-            Transition.create(
-                trajectory_id=trajectory_id,
-                step=i,
-                domain=domain,
-                env_id=f"import:{origin.format}",
-                task_id=ep.task_id or ep.record_id,
-                instruction=ep.instruction,
-                state=state,
-                action=step.action,
-                next_state=next_state,
-                provenance=provenance,
-                reward=reward,
-                terminated=i == last,
-                action_error=step.error,
-            )
+    rewards = [s.reward if s.reward is not None else (ep.reward if i == last else None) for i, s in enumerate(ep.steps)]
+    key = fingerprint(ep, observations, hashes, rewards)
+    trajectory_id = "imp-" + stable_id(origin.source, ep.record_id, *trajectory_key, key)
+    task_id = ep.task_id or ep.record_id
+    env_id = f"import:{origin.format}"
+    return [
+        Transition(
+            transition_id=transition_id(trajectory_id, i),
+            trajectory_id=trajectory_id,
+            step=i,
+            domain=domain,
+            env_id=env_id,
+            task_id=task_id,
+            instruction=ep.instruction,
+            state=observations[i],
+            action=step.action,
+            next_state=observations[i + 1],
+            reward=rewards[i],
+            terminated=i == last,
+            truncated=False,
+            action_error=step.error,
+            action_ms=0.0,
+            observe_ms=0.0,
+            settle_ms=0.0,
+            provenance=provenance,
+            content_hash=hashes[i],
         )
-        state = next_state
-    return out
+        for i, step in enumerate(ep.steps)
+    ]
+
+
+def fingerprint(ep: Episode, observations: list[Observation], hashes: list[str], rewards: list[float | None]) -> str:
+    """What an episode's transitions hold, digested: each step's content hash (its
+    normalised, volatile-masked state, canonical action and next state), reward, error and
+    observation fields, and the episode's instruction, task, agent, model and extra. Not
+    what the importer's options set (``--domain``, ``--executed``) nor where the record was
+    read from: re-importing with other options, or from another copy of the file, adds
+    nothing. Records that differ only in what the content hash leaves out (volatile spans,
+    trailing blanks, a tool call's spelling where its canonical action is the same) are
+    one trajectory."""
+    parts = [ep.instruction or "", ep.task_id or "", ep.agent or "", ep.model or "", canonical_json(ep.extra) if ep.extra else ""]
+    for h, obs, step, reward in zip(hashes, observations[1:], ep.steps, rewards, strict=True):
+        parts += (h, obs.extra, step.error or "", "" if reward is None else repr(reward))
+    return stable_id(*parts)
 
 
 def _observation(text: str, extra: dict[str, Any] | None = None) -> Observation:

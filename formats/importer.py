@@ -14,7 +14,6 @@ ends the import with that line as the error).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -77,7 +76,6 @@ class Record:
     file: str
     where: str  # "line 7", "item 3", "record"
     value: Any
-    digest: str  # of the record's own bytes (or canonical JSON): part of its trajectory ids
 
 
 def source_files(paths: Sequence[str | os.PathLike[str]]) -> Iterator[Path]:
@@ -110,7 +108,7 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
                 except (ValueError, RecursionError) as exc:
                     yield Problem(name, f"line {n}", f"not JSON ({_short(exc)})")
                     continue
-                yield Record(name, f"line {n}", value, _digest(line))
+                yield Record(name, f"line {n}", value)
         elif head[:1] == b"[":
             yield from _array_items(f, name, whole_array)
         else:
@@ -120,7 +118,7 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
             except (ValueError, RecursionError) as exc:
                 yield Problem(name, "record", f"not JSON ({_short(exc)})")
                 return
-            yield Record(name, "record", value, _digest(data))
+            yield Record(name, "record", value)
 
 
 def _many_lines(head: bytes) -> bool:
@@ -153,9 +151,7 @@ def _array_items(f, name: str, whole_array: Callable[[Any], bool] | None) -> Ite
                     whole.append(value)
                 elif n >= done:
                     done = n + 1
-                    yield Record(
-                        name, f"item {n}", value, _digest(json.dumps(value, sort_keys=True, ensure_ascii=False).encode())
-                    )
+                    yield Record(name, f"item {n}", value)
         except UnicodeDecodeError:
             continue  # the C parser's strings: read on with the Python parser
         except (ijson.JSONError, ValueError, RecursionError) as exc:  # a truncated or broken array: the items before it stand
@@ -166,7 +162,7 @@ def _array_items(f, name: str, whole_array: Callable[[Any], bool] | None) -> Ite
         yield Problem(name, "record" if whole is not None else f"item {done}", "not JSON (undecodable text)")
         return
     if whole is not None:
-        yield Record(name, "record", whole, _digest(json.dumps(whole, sort_keys=True, ensure_ascii=False).encode()))
+        yield Record(name, "record", whole)
 
 
 def _parse(raw: bytes) -> Any:
@@ -195,12 +191,6 @@ def _text_safe(value: Any, raw: bytes | None = None) -> Any:
     if isinstance(value, dict):
         return {_text_safe(k): _text_safe(v) for k, v in value.items()}
     return value
-
-
-def _digest(data: bytes) -> str:
-    """A record's bytes, digested (SHA-256: the processor's SHA instructions make it the
-    fastest of hashlib's on records of 100 KiB), 128 bits kept."""
-    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def _short(exc: BaseException) -> str:
@@ -270,7 +260,7 @@ def _import_file(module, path: Path, origin: Origin, sink: _Sink, seen: set[str]
         summary.records += 1
         try:
             trajectories = [
-                to_transitions(ep if executed is None else _with(ep, executed), origin, trajectory_key=(item.digest, str(k)))
+                to_transitions(ep if executed is None else _with(ep, executed), origin, trajectory_key=(str(k),))
                 for k, ep in enumerate(module.episodes(item.value, path.stem))
             ]
         except (RecordError, SchemaError) as exc:  # the record breaks its format's rules

@@ -75,6 +75,27 @@ def test_reimport_adds_nothing_and_ids_are_stable(agent_data, tmp_path):
     assert [r["tid"] for r in rows(tmp_path / "a")] == [r["tid"] for r in rows(tmp_path / "b")]
 
 
+def test_ids_come_from_what_a_record_holds_not_how_it_is_spelled(tmp_path):
+    call = [{"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}}]
+    one = _record("s1", call, [{"source_call_id": "a", "content": "x.txt"}])
+    (tmp_path / "a.jsonl").write_text(json.dumps(one) + "\n")
+    first = import_files("atif", [tmp_path / "a.jsonl"], tmp_path / "st", source="probe")
+    # the same record pretty-printed, in a JSON array, with its keys in another order, and
+    # imported with other options: nothing new
+    (tmp_path / "b.json").write_text(json.dumps([dict(reversed(one.items()))], indent=2))
+    again = import_files("atif", [tmp_path / "b.json"], tmp_path / "st", source="probe", executed="unknown", domain="swe")
+    assert (first.trajectories, again.trajectories, again.already_imported) == (1, 0, 1)
+    # the same session id with another observation, another model, another outcome: each its own trajectory
+    other_obs = _record("s1", call, [{"source_call_id": "a", "content": "y.txt"}])
+    other_model = one | {"agent": {"name": "probe", "version": "1", "model_name": "m2"}}
+    other_reward = json.loads(json.dumps(one))
+    other_reward["steps"][1]["extra"] = {"trajforge": {"reward": 1.0}}
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (other_obs, other_model, other_reward)))
+    more = import_files("atif", [tmp_path / "c.jsonl"], tmp_path / "st", source="probe")
+    assert (more.trajectories, more.already_imported) == (3, 0)
+    assert len({r["tid"] for r in rows(tmp_path / "st")}) == 4
+
+
 def _record(session: str, calls: list, results: list, **more) -> dict:
     return {
         "schema_version": "ATIF-v1.2",
@@ -117,7 +138,8 @@ def test_malformed_records_are_skipped_and_named(tmp_path):
     (tmp_path / "cut.json").write_text(json.dumps(good)[:-40])  # truncated
     (tmp_path / "array.json").write_text("[" + json.dumps(good) + ", " + json.dumps(good)[:50])  # a cut array
     s = import_files("atif", [tmp_path], tmp_path / "st", source="probe")
-    assert (s.trajectories, s.malformed) == (2, 8)  # the good line and the array's whole first item; 6 + 1 + 1 bad
+    # the good line, and the array's whole first item: the same record again, so already imported; 6 + 1 + 1 bad
+    assert (s.trajectories, s.already_imported, s.malformed) == (1, 1, 8)
     said = [str(p) for p in s.problems]
     assert any("runs.jsonl: line 2: steps[1].step_id: 'two' is not an integer" in p for p in said), said
     assert any("runs.jsonl: line 3: steps: missing or not a list" in p for p in said), said
