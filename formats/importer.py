@@ -6,8 +6,9 @@ through its format's converter (``formats.<name>.episodes``) and becomes whole
 trajectories of ``imported`` transitions in the run ``import-<source>``. Trajectories are
 written whole, many to a record batch, and shards are committed as the collectors commit
 them, so a killed import leaves whole trajectories only; running the same command again
-skips every trajectory already in the run (ids come from the source name and the record's
-own bytes) and writes the rest, so re-importing a file adds nothing. A malformed record is
+skips every trajectory already in the run (ids come from the source name, the record's id
+and what its transitions hold: ``formats.episode.fingerprint``) and writes the rest, so
+re-importing a file adds nothing. A malformed record is
 skipped and counted with its file, line or item and reason (``--strict``: the first one
 ends the import with that line as the error).
 """
