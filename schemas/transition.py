@@ -247,6 +247,9 @@ class Provenance:
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
+_BLANK_END = re.compile(" \n")
+
+
 def mask_volatile(text: str, spans: tuple[VolatileSpan, ...] | list[VolatileSpan]) -> str:
     """Replace each volatile span by ``<kind>`` so reruns of the same step compare equal."""
     if not spans:
@@ -268,7 +271,9 @@ def normalise_text(text: str) -> str:
         text = ANSI.sub("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if " \n" in text or ("\t" in text and "\t\n" in text) or text.endswith((" ", "\t")):  # a one-character search is memchr
+    # a one-character search is memchr; a blank before a line end is found faster by ``re``'s literal
+    # search than by ``in`` (whose skips are short in indented text)
+    if _BLANK_END.search(text) or ("\t" in text and "\t\n" in text) or text.endswith((" ", "\t")):
         # line by line: several times faster than a regular expression on indented code,
         # whose every blank would start a match
         text = "\n".join([line.rstrip(" \t") for line in text.split("\n")])
