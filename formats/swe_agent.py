@@ -2,26 +2,36 @@
 thought, state; 1.x: the same plus ``history`` messages with ``tool_calls``; a
 demonstration: ``history`` only) and rows of datasets built from them (nebius
 SWE-agent-trajectories: ``instance_id``, ``trajectory`` messages with roles system / user /
-ai, ``target``, ``model_name``).
+ai, ``target``, ``model_name``; SWE-smith trajectories: ``messages``, a list or a JSON
+string of one, ``instance_id``, ``traj_id``, ``resolved``, ``model``).
 
 Every SWE-agent action is a command typed into the agent's shell (its interface commands
 are shell functions there), so each becomes ``run`` (``submit`` becomes ``submit``); the
-observation is what came back. The first user message (the issue) is the instruction and
-the first state. The domain is swe; the commands ran in the task's container, so rows are
-``executed``. A dataset row's ``target`` (resolved or not) is the episode's reward.
+observation is what came back. An assistant message gives its command as SWE-agent
+recorded it (``action``), else as a tool call (``tool_calls``: the first one, as
+SWE-agent runs one a turn) or in the text: an XML function call (``<function=bash>``
+with ``<parameter=command>``, the format SWE-smith trains on) or the last fenced block. A
+tool call or XML call is spelled as SWE-agent's parser spells it: ``bash``'s command as it
+is, any other tool's name and then its arguments, each quoted for the shell. The first
+user message (the issue) is the instruction and the first state. The domain is swe; the
+commands ran in the task's container, so rows are ``executed``. A dataset row's
+``target`` or ``resolved`` is the episode's reward.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, need, record_id_of
+from formats.episode import Episode, Step, as_text, loads, need, record_id_of
 from schemas.transition import Action
 
 NAME = "swe-agent"
 _BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+_XML_CALL = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.DOTALL)
+_XML_PARAM = re.compile(r"<parameter=([^>\s]+)>(.*?)</parameter>", re.DOTALL)
 
 
 def action_of(command: str) -> Action:
@@ -34,8 +44,13 @@ def action_of(command: str) -> Action:
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
     info = record.get("info") if isinstance(record.get("info"), dict) else {}
-    record_id = _first_str(record, "instance_id", "id") or name or record_id_of(record)
-    history = record.get("history")
+    record_id = _first_str(record, "traj_id", "instance_id", "id") or name or record_id_of(record)
+    history = record.get("history", record.get("messages"))
+    if isinstance(history, str):  # SWE-smith's rows keep the messages as JSON text
+        try:
+            history = loads(history)
+        except ValueError:
+            need(False, "messages: not JSON")
     steps_in = record.get("trajectory")
     need(steps_in is None or isinstance(steps_in, list), "trajectory: not a list")
     need(history is None or isinstance(history, list), "history: not a list")
@@ -46,14 +61,14 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     if not steps:
         return
     stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
-    model = _first_str(record, "model_name") or _first_str(info, "model_name") or _first_str(stats, "model")
+    model = _first_str(record, "model_name", "model") or _first_str(info, "model_name") or _first_str(stats, "model")
     target = record.get("target", record.get("resolved"))
     yield Episode(
         record_id=record_id,
         initial=instruction or "",
         steps=steps,
         instruction=instruction,
-        task_id=record_id,
+        task_id=_first_str(record, "instance_id") or record_id,
         domain="swe",
         agent="swe-agent",
         model=model,
@@ -107,9 +122,7 @@ def _from_messages(messages: list) -> Iterator[Step]:
         if role in ("assistant", "ai"):
             if pending is not None:
                 yield Step(pending, "\n".join(seen))
-            command = (
-                m.get("action") if isinstance(m.get("action"), str) else _last_block(as_text(m.get("content", m.get("text"))))
-            )
+            command = _command(m, i)
             pending, seen = (action_of(command) if command and command.strip() else None), []
         elif role in ("tool", "user") and pending is not None:
             seen.append(as_text(m.get("content", m.get("text"))))
@@ -117,6 +130,34 @@ def _from_messages(messages: list) -> Iterator[Step]:
         yield Step(pending, "\n".join(seen))
 
 
-def _last_block(text: str) -> str | None:
+def _command(m: dict, i: int) -> str | None:
+    """An assistant message's command: SWE-agent's own ``action``, a tool call, an XML
+    function call in the text, or the text's last fenced block."""
+    if isinstance(m.get("action"), str):
+        return m["action"]
+    calls = m.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        fn = calls[0].get("function") if isinstance(calls[0], dict) else None
+        need(isinstance(fn, dict) and isinstance(fn.get("name"), str), "history[{}].tool_calls[0].function.name: missing", i)
+        raw = fn.get("arguments")
+        try:
+            args = loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            args = raw
+        return _spelled(fn["name"], args if isinstance(args, dict) else {} if args is None else {"input": args})
+    text = as_text(m.get("content", m.get("text")))
+    found = _XML_CALL.findall(text)
+    if found:
+        fname, body = found[0]
+        return _spelled(fname, dict(_XML_PARAM.findall(body)))
     blocks = _BLOCK.findall(text)
     return blocks[-1] if blocks else None
+
+
+def _spelled(name: str, args: dict) -> str:
+    """A tool call as the command SWE-agent runs for it: ``bash``'s command as it is, else
+    the tool's name and its arguments, each quoted for the shell."""
+    if name == "bash" and isinstance(args.get("command"), str):
+        return args["command"]
+    words = [v if isinstance(v, str) else str(v) for v in args.values() if v is not None]
+    return " ".join([name, *map(shlex.quote, words)])

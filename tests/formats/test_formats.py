@@ -42,6 +42,55 @@ def test_swe_agent_trajectories_both_versions(agent_data, tmp_path):
     assert found["obs"].startswith('Found 1 matches for "missing_colon.py"')
 
 
+def test_swe_smith_rows_in_each_of_its_styles(tmp_path):
+    """SWE-smith's trajectory rows: ``messages`` (here once as JSON text, as its dataset
+    keeps them), ``traj_id``, ``instance_id``, ``resolved``, ``model``; the assistant's
+    command as an XML function call, a fenced block, or an OpenAI tool call."""
+    issue = {"role": "user", "content": [{"type": "text", "text": "Fix the parser"}]}
+    xml = "I will look.\n\n<function=bash>\n<parameter=command>ls -la src</parameter>\n</function>"
+    edit = (
+        "<function=str_replace_editor>\n<parameter=command>view</parameter>\n"
+        "<parameter=path>/testbed/a b.py</parameter>\n</function>"
+    )
+    styles = {
+        "xml": [xml, edit, "<function=submit>\n</function>"],
+        "ticks": ["I will look.\n\n```bash\nls -la src\n```", "```\nopen 'a b.py'\n```", "```\nsubmit\n```"],
+    }
+    rows_in = []
+    for style, turns in styles.items():
+        messages = [{"role": "system", "content": "You are a programmer."}, issue]
+        for turn, seen in zip(turns, ["a.py\nb.py", "1: import re", ""], strict=True):
+            messages += [{"role": "assistant", "content": turn}, {"role": "user", "content": seen}]
+        rows_in.append({"messages": messages, "instance_id": "acme__parser.1", "traj_id": f"acme__parser.1.{style}"})
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls -la src"}'}}
+    tool = [
+        {"role": "system", "content": "You are a programmer."},
+        issue,
+        {"role": "assistant", "content": "I will look.", "tool_calls": [call]},
+        {"role": "tool", "content": "a.py\nb.py", "tool_call_id": "c1"},
+    ]
+    rows_in.append({"messages": json.dumps(tool), "instance_id": "acme__parser.1", "traj_id": "acme__parser.1.tool"})
+    for r in rows_in:
+        r |= {"resolved": r["traj_id"].endswith("xml"), "model": "claude-3-7-sonnet", "patch": "diff --git"}
+    (tmp_path / "smith.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_in))
+    s = import_files("swe-agent", [tmp_path / "smith.jsonl"], tmp_path / "st", source="swe-smith")
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (3, 3, 7, 0)
+    got = {r["record"]: r for r in per_record(tmp_path / "st")}
+    assert sorted(got) == ["acme__parser.1.ticks", "acme__parser.1.tool", "acme__parser.1.xml"]
+    assert {(r["task"], r["model"], r["instruction"], r["domain"]) for r in got.values()} == {
+        ("acme__parser.1", "claude-3-7-sonnet", "Fix the parser", "swe")
+    }
+    assert (got["acme__parser.1.xml"]["reward"], got["acme__parser.1.ticks"]["reward"]) == (1.0, 0.0)
+    assert got["acme__parser.1.xml"]["kinds"] == got["acme__parser.1.ticks"]["kinds"] == ["run", "run", "submit"]
+    commands = {(r["record"], r["step"]): json.loads(r["action"]).get("command") for r in rows(tmp_path / "st")}
+    assert commands[("acme__parser.1.xml", 0)] == commands[("acme__parser.1.ticks", 0)] == "ls -la src"
+    assert commands[("acme__parser.1.tool", 0)] == "ls -la src"
+    assert commands[("acme__parser.1.xml", 1)] == "str_replace_editor view '/testbed/a b.py'"
+    assert commands[("acme__parser.1.ticks", 1)] == "open 'a b.py'"
+    first = next(r for r in rows(tmp_path / "st") if r["record"] == "acme__parser.1.tool")
+    assert (first["state"], first["obs"]) == ("Fix the parser", "a.py\nb.py")
+
+
 def test_openhands_event_stream(agent_data, tmp_path):
     s = import_files("openhands", [agent_data / "openhands"], tmp_path, source="oh")
     assert (s.records, s.trajectories, s.transitions, s.malformed) == (1, 1, 2, 0)
@@ -106,6 +155,8 @@ BAD = {
         ('{"trajectory": 3}', "trajectory: not a list"),
         ('{"trajectory": [{"observation": "x"}]}', "trajectory[0].action: missing or not a string"),
         ('{"info": {}}', "neither trajectory nor history"),
+        ('{"messages": "[{\\"role\\": "}', "messages: not JSON"),
+        ('{"messages": [{"role": "assistant", "tool_calls": [{"id": "a"}]}]}', "history[0].tool_calls[0].function.name: missing"),
     ],
     "openhands": [
         ('{"history": [{"id": 1, "source": "agent", "action": 5}]}', "events[0].action: not a string"),
