@@ -9,14 +9,24 @@ response) gives the action where present, else the action type: ``run`` -> run,
 ``write`` / ``edit`` with content -> create, ``read`` -> view, ``finish`` -> finish,
 anything else -> ``call_tool`` with the event's arguments. The first user message is the
 instruction and the first state. The runtime executed the actions: rows are ``executed``.
+
+Datasets built from OpenHands runs (nebius SWE-rebench-openhands-trajectories, nvidia
+SWE-Zero-openhands-trajectories) keep each run as OpenAI chat messages under
+``trajectory``, with ``trajectory_id``, ``instance_id`` and ``resolved``: those are read as
+``openai-messages`` reads a conversation (a tool call and its answer make a transition),
+with the trajectory id as the record, the instance as the task and ``resolved`` as the
+reward. SWE-Zero's runs are execution-free (their observations were not produced by
+running the actions): import them with ``--executed not_executed``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
+from formats import openai_messages
 from formats.episode import Episode, RecordError, Step, as_text, canonical_action, loads, need, record_id_of
 from schemas.transition import Action
 
@@ -24,14 +34,41 @@ NAME = "openhands"
 _NOISE = {"thought", "impl_source", "translated_ipython_code", "confirmation_state", "security_risk", "hidden", "blocking"}
 
 
-def _events(record: Any) -> tuple[list, dict]:
+def _events(record: Any) -> tuple[list, dict, str]:
+    """The run's events, the record's other fields, and where the events were."""
     if isinstance(record, list):
-        return record, {}
+        return record, {}, "events"
     need(isinstance(record, dict), f"expected a list of events or an object, got {type(record).__name__}")
     for key in ("history", "events", "trajectory"):
         if isinstance(record.get(key), list):
-            return record[key], record
+            return record[key], record, key
     raise RecordError("no events (a list, or history / events / trajectory)")
+
+
+def _chat(events: list) -> bool:
+    """The run kept as chat messages (``role``), not as events (``action`` / ``observation``)."""
+    first = next((e for e in events if isinstance(e, dict)), None)
+    return first is not None and "role" in first and "action" not in first and "observation" not in first
+
+
+def _from_chat(messages: list, meta: dict, key: str, record: Any, name: str) -> Iterator[Episode]:
+    try:
+        found = list(openai_messages.episodes({"messages": messages}, name))
+    except RecordError as exc:  # its messages are this record's ``key``
+        raise RecordError(str(exc).replace("messages", key, 1)) from None
+    rid = meta.get("trajectory_id") or meta.get("instance_id") or meta.get("id") or name or record_id_of(record)
+    resolved = meta.get("resolved")
+    for ep in found:
+        yield replace(
+            ep,
+            record_id=str(rid),
+            task_id=str(meta["instance_id"]) if meta.get("instance_id") else None,
+            domain=None,  # inferred from the actions
+            agent="openhands",
+            model=meta["model"] if isinstance(meta.get("model"), str) else None,
+            executed="executed",
+            reward=float(resolved) if isinstance(resolved, bool | int | float) else None,
+        )
 
 
 def _tool_call(event: dict) -> Action | None:
@@ -84,7 +121,10 @@ def whole_array(first: Any) -> bool:
 
 
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
-    events, meta = _events(record)
+    events, meta, key = _events(record)
+    if _chat(events):
+        yield from _from_chat(events, meta, key, record, name)
+        return
     by_cause: dict[Any, list[str]] = {}
     for i, e in enumerate(events):
         need(isinstance(e, dict), "events[{}]: not an object", i)

@@ -150,6 +150,48 @@ def test_adp_web_and_swe(agent_data, tmp_path):
     assert swe["tomerfiliba__plumbum-366_17"]["model"] == "swe-agent-llama-70b" and len(swe) == 5
 
 
+def test_openhands_runs_kept_as_chat_messages(tmp_path):
+    """SWE-rebench-openhands / SWE-Zero rows: the run as OpenAI chat messages under
+    ``trajectory``, with ``trajectory_id``, ``instance_id`` and ``resolved``."""
+
+    def call(cid: str, name: str, args: dict) -> dict:
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+    trajectory = [
+        {"role": "system", "content": "You are OpenHands agent."},
+        {"role": "user", "content": "<issue>Fix the parser</issue>"},
+        {"role": "assistant", "content": "Look first.", "tool_calls": [call("c1", "execute_bash", {"command": "ls src"})]},
+        {"role": "tool", "content": "parser.py", "name": "execute_bash", "tool_call_id": "c1"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [call("c2", "str_replace_editor", {"command": "create", "path": "/w/t.py", "file_text": "x = 1"})],
+        },
+        {"role": "tool", "content": "File created.", "name": "str_replace_editor", "tool_call_id": "c2"},
+        {"role": "assistant", "content": "", "tool_calls": [call("c3", "finish", {"message": "done"})]},
+    ]
+    row = {"trajectory_id": "chatcmpl-1", "instance_id": "acme__parser-7", "repo": "acme/parser", "resolved": 1}
+    bad = {"trajectory_id": "chatcmpl-2", "trajectory": [{"role": "assistant", "tool_calls": [{"id": "z"}]}]}
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row | {"trajectory": trajectory}) + "\n" + json.dumps(bad) + "\n")
+    s = import_files("openhands", [tmp_path / "rows.jsonl"], tmp_path / "st", source="swe-rebench-openhands")
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (2, 1, 3, 1)
+    assert "line 2: trajectory[0].tool_calls[0].function.name: missing" in str(s.problems[0])
+    (got,) = per_record(tmp_path / "st")
+    assert (got["record"], got["task"], got["kinds"], got["domain"]) == (
+        "chatcmpl-1",
+        "acme__parser-7",
+        ["run", "create", "finish"],
+        "swe",
+    )
+    assert (got["executed"], got["reward"], got["instruction"]) == ("executed", 1.0, "<issue>Fix the parser</issue>")
+    steps = rows(tmp_path / "st")
+    assert [(r["state"], r["obs"]) for r in steps[:2]] == [
+        ("<issue>Fix the parser</issue>", "parser.py"),
+        ("parser.py", "File created."),
+    ]
+    assert {r["agent"] for r in steps} == {"openhands"}
+
+
 BAD = {
     "swe-agent": [
         ('{"trajectory": 3}', "trajectory: not a list"),
