@@ -263,6 +263,17 @@ def loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
+def unpacked(value: Any, field: str) -> Any:
+    """A field that datasets keep either as JSON or as JSON text (a column of strings):
+    the text parsed; ``RecordError`` naming the field where it is not JSON."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return loads(value)
+    except ValueError:
+        raise RecordError(f"{field}: not JSON") from None
+
+
 def as_text(value: Any) -> str:
     """A source's content as text: strings as they are, lists of content parts joined,
     anything else as JSON."""

@@ -1,17 +1,22 @@
 """OpenAI-style conversations with tools: a list of chat messages (``system``, ``user``,
 ``assistant``, ``tool`` / ``function``), alone or under ``messages``, ``traj``,
 ``conversations`` or ToolBench's ``answer_generation.train_messages`` (the longest is the
-whole run). Both spellings of a call: the modern ``tool_calls`` (answered by ``tool``
-messages with its ``tool_call_id``) and the legacy ``function_call`` (answered by the next
-``function`` message), with or without a ``tools`` / ``functions`` list.
+whole run); the list may be JSON text, as Toucan-1.5M's rows keep it (their ``uuid`` is
+the record's id). Each spelling of a call: the modern ``tool_calls`` (answered by ``tool``
+messages with its ``tool_call_id``), the legacy ``function_call`` (answered by the
+``function`` message that names it, or the next one), and ShareGPT's ``function_call``
+turn (JSON of name and arguments, answered by an ``observation`` turn), with or without a
+``tools`` / ``functions`` list.
 
 In: each call becomes a transition whose next state is its answer; parallel calls are one
-transition each. An assistant message without a call that a ``user`` message answers is a
-``message`` action with that answer as the next state (in tau-bench the user is part of
-the environment). The first user message is the instruction and the first state. A
-conversation does not say whether the tools really ran: rows are ``unknown`` unless the
-importer is told (tau-bench ran them against its mock database; ToolBench called the real
-APIs). ``reward`` and ``task_id`` are read where present.
+transition each, also where they come as consecutive assistant messages of one legacy call
+each (as Qwen-Agent writes them), whose answers then follow in order. An assistant message
+without a call that a ``user`` message answers is a ``message`` action with that answer as
+the next state (in tau-bench the user is part of the environment). The first user message
+is the instruction and the first state. A conversation does not say whether the tools
+really ran: rows are ``unknown`` unless the importer is told (tau-bench ran them against
+its mock database; ToolBench called the real APIs; Toucan's ran on real MCP servers).
+``reward`` and ``task_id`` are read where present.
 
 Out: ``export`` writes one ``{"messages": [...], "metadata": {...}}`` line per trajectory
 with modern ``tool_calls``; ``metadata.trajforge`` keeps what a round trip needs.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from formats.episode import (
@@ -34,6 +40,7 @@ from formats.episode import (
     ours_of,
     record_id_of,
     text_action,
+    unpacked,
 )
 from schemas.transition import Action, Transition, canonical_json
 
@@ -47,8 +54,9 @@ def _messages(record: Any) -> tuple[list, dict]:
     need(isinstance(record, dict), f"expected a JSON object or list, got {type(record).__name__}")
     for key in ("messages", "traj", "conversations", "conversation"):
         if key in record:
-            need(isinstance(record[key], list), f"{key}: not a list")
-            return record[key], record
+            found = unpacked(record[key], key)
+            need(isinstance(found, list), f"{key}: not a list")
+            return found, record
     gen = record.get("answer_generation")
     if isinstance(gen, dict) and isinstance(gen.get("train_messages"), list):
         runs = [m for m in gen["train_messages"] if isinstance(m, list)]
@@ -79,6 +87,31 @@ def _number(v: Any) -> float | None:
     return None
 
 
+@dataclass
+class _Call:
+    """A call waiting for its answers."""
+
+    id: str | None
+    name: str
+    action: Action
+    answers: list[str] = field(default_factory=list)
+
+
+def _answered(open_calls: list[_Call], call_id: Any, name: Any) -> _Call | None:
+    """The call a tool message answers: the one with its ``tool_call_id``, else the first
+    unanswered one of its ``name``, else the first unanswered one, else the last (more
+    output of it); None where no call is open."""
+    if not open_calls:
+        return None
+    waiting = [c for c in open_calls if not c.answers]
+    return (
+        next((c for c in open_calls if call_id is not None and c.id == call_id), None)
+        or next((c for c in waiting if name is not None and c.name == name), None)
+        or next(iter(waiting), None)
+        or open_calls[-1]
+    )
+
+
 def whole_array(first: Any) -> bool:
     """A JSON array of chat messages is one conversation (not a list of them)."""
     return isinstance(first, dict) and isinstance(first.get("role", first.get("from")), str)
@@ -90,15 +123,13 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     ours = ours if isinstance(ours, dict) else {}
     instruction: str | None = None
     steps: list[Step] = []
-    open_calls: list[tuple[str | None, Action]] = []  # (call id, action) waiting for answers
-    answers: dict[str | None, list[str]] = {}
+    open_calls: list[_Call] = []  # calls waiting for their answers
     said: Action | None = None  # an assistant message waiting for the user's reply
 
     def close() -> None:
-        nonlocal open_calls, answers
-        for call_id, action in open_calls:
-            steps.append(Step(action, "\n".join(answers.get(call_id, []))))
-        open_calls, answers = [], {}
+        nonlocal open_calls
+        steps.extend(Step(c.action, "\n".join(c.answers)) for c in open_calls)
+        open_calls = []
 
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
@@ -106,13 +137,14 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         role = m.get("role", m.get("from"))
         need(isinstance(role, str), f"{where}.role: missing")
         content = as_text(m.get("content", m.get("value")))
-        if role in ("assistant", "gpt"):
-            close()
-            said = None
+        if role in ("assistant", "gpt", "function_call"):
             calls = m.get("tool_calls")
-            legacy = m.get("function_call")
+            legacy = _args(content) if role == "function_call" else m.get("function_call")
             if isinstance(legacy, str):
                 legacy = _args(legacy)
+            if not ((calls or legacy) and open_calls and not any(c.answers for c in open_calls)):
+                close()  # else: one more of parallel calls made a message each, none answered yet
+            said = None
             if calls:
                 need(isinstance(calls, list), f"{where}.tool_calls: not a list")
                 for j, c in enumerate(calls):
@@ -122,17 +154,16 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
                         f"{where}.tool_calls[{j}].function.name: missing",
                     )
                     call_id = c.get("id") if isinstance(c.get("id"), str) else None
-                    open_calls.append((call_id, canonical_action(fn["name"], _args(fn.get("arguments")))))
+                    open_calls.append(_Call(call_id, fn["name"], canonical_action(fn["name"], _args(fn.get("arguments")))))
             elif isinstance(legacy, dict):
                 need(isinstance(legacy.get("name"), str), f"{where}.function_call.name: missing")
-                open_calls.append((None, canonical_action(legacy["name"], _args(legacy.get("arguments")))))
-            elif content and content != "None":
+                open_calls.append(_Call(None, legacy["name"], canonical_action(legacy["name"], _args(legacy.get("arguments")))))
+            elif content and content != "None" and role != "function_call":
                 said = text_action(content)
         elif role in ("tool", "function", "ipython", "observation"):
-            call_id = m.get("tool_call_id") if isinstance(m.get("tool_call_id"), str) else None
-            if call_id not in {c for c, _ in open_calls}:
-                call_id = open_calls[-1][0] if open_calls else call_id
-            answers.setdefault(call_id, []).append(content)
+            call = _answered(open_calls, m.get("tool_call_id"), m.get("name"))
+            if call is not None:
+                call.answers.append(content)
         elif role in ("user", "human"):
             close()
             if instruction is None and not steps:
@@ -150,7 +181,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         ]
     info = meta.get("info") if isinstance(meta.get("info"), dict) else {}
     task_id = meta.get("task_id", info.get("task_id"))
-    rid = meta.get("id")
+    rid = meta.get("id", meta.get("uuid"))
     if rid is None and task_id is not None:
         rid = f"{task_id}/{meta['trial']}" if "trial" in meta else str(task_id)
     yield Episode(

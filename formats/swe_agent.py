@@ -25,7 +25,7 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, loads, need, record_id_of
+from formats.episode import Episode, Step, as_text, loads, need, record_id_of, unpacked
 from schemas.transition import Action
 
 NAME = "swe-agent"
@@ -45,12 +45,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
     info = record.get("info") if isinstance(record.get("info"), dict) else {}
     record_id = _first_str(record, "traj_id", "instance_id", "id") or name or record_id_of(record)
-    history = record.get("history", record.get("messages"))
-    if isinstance(history, str):  # SWE-smith's rows keep the messages as JSON text
-        try:
-            history = loads(history)
-        except ValueError:
-            need(False, "messages: not JSON")
+    history = record["history"] if "history" in record else unpacked(record.get("messages"), "messages")  # SWE-smith
     steps_in = record.get("trajectory")
     need(steps_in is None or isinstance(steps_in, list), "trajectory: not a list")
     need(history is None or isinstance(history, list), "history: not a list")

@@ -150,6 +150,44 @@ def test_adp_web_and_swe(agent_data, tmp_path):
     assert swe["tomerfiliba__plumbum-366_17"]["model"] == "swe-agent-llama-70b" and len(swe) == 5
 
 
+def test_toucan_rows_parallel_legacy_calls_and_sharegpt_turns(tmp_path):
+    """Toucan-1.5M: ``messages`` as JSON text, ``uuid``; two parallel legacy calls written as
+    one assistant message each (Qwen-Agent), answered in the other order by name; ShareGPT's
+    ``function_call`` / ``observation`` turns."""
+
+    def legacy(name: str, args: dict) -> dict:
+        return {"role": "assistant", "content": "", "function_call": {"name": name, "arguments": json.dumps(args)}}
+
+    toucan = [
+        {"role": "system", "content": "tools: weather, time"},
+        {"role": "user", "content": "Weather and time in Oslo?"},
+        legacy("weather", {"city": "Oslo"}),
+        legacy("time", {"city": "Oslo"}),
+        {"role": "function", "name": "time", "content": "12:00"},
+        {"role": "function", "name": "weather", "content": "rain"},
+        {"role": "assistant", "content": "Rain, and it is noon."},
+    ]
+    sharegpt = [
+        {"from": "human", "value": "Convert 5 EUR"},
+        {"from": "function_call", "value": json.dumps({"name": "convert", "arguments": {"amount": 5, "to": "USD"}})},
+        {"from": "observation", "value": "5.4 USD"},
+        {"from": "gpt", "value": "5.4 USD."},
+    ]
+    rows_in = [
+        {"uuid": "9b2c", "subset_name": "multi-turn", "messages": json.dumps(toucan)},
+        {"id": "sg-1", "conversations": sharegpt},
+    ]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_in))
+    s = import_files("openai-messages", [tmp_path / "t.jsonl"], tmp_path / "st", source="toucan")
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 3, 0)
+    got = {(r["record"], json.loads(r["action"])["name"]): r for r in rows(tmp_path / "st")}
+    assert sorted(got) == [("9b2c", "time"), ("9b2c", "weather"), ("sg-1", "convert")]
+    assert (got[("9b2c", "weather")]["obs"], got[("9b2c", "time")]["obs"]) == ("rain", "12:00")
+    assert got[("9b2c", "weather")]["state"] == "Weather and time in Oslo?" and got[("9b2c", "weather")]["domain"] == "mcp"
+    assert json.loads(got[("sg-1", "convert")]["action"])["arguments"] == {"amount": 5, "to": "USD"}
+    assert (got[("sg-1", "convert")]["obs"], got[("sg-1", "convert")]["instruction"]) == ("5.4 USD", "Convert 5 EUR")
+
+
 def test_openhands_runs_kept_as_chat_messages(tmp_path):
     """SWE-rebench-openhands / SWE-Zero rows: the run as OpenAI chat messages under
     ``trajectory``, with ``trajectory_id``, ``instance_id`` and ``resolved``."""
@@ -216,7 +254,8 @@ BAD = {
             '{"messages": [{"role": "assistant", "tool_calls": [{"id": "a"}]}]}',
             "messages[0].tool_calls[0].function.name: missing",
         ),
-        ('{"messages": "hi"}', "messages: not a list"),
+        ('{"messages": "hi"}', "messages: not JSON"),
+        ('{"messages": "{\\"role\\": \\"user\\"}"}', "messages: not a list"),
     ],
     "adp": [
         ('{"id": "x", "content": [{"class_": "shell"}]}', "content[0].class_: 'shell' is not an ADP action or observation"),
