@@ -20,18 +20,23 @@ commands ran in the task's container, so rows are ``executed``. A dataset row's
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Iterator
 from typing import Any
+
+import re2
 
 from formats.episode import Episode, Step, as_text, loads, need, record_id_of, unpacked
 from schemas.transition import Action
 
 NAME = "swe-agent"
-_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
-_XML_CALL = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.DOTALL)
-_XML_PARAM = re.compile(r"<parameter=([^>\s]+)>(.*?)</parameter>", re.DOTALL)
+# RE2 (linear time): Python's ``re`` rescans the rest of the text from every opener that is
+# never closed, so an agent's message of repeated openers would take hours
+_RE2 = re2.Options()
+_RE2.log_errors = False
+_BLOCK = re2.compile(r"(?s)```[^\n]*\n(.*?)```", _RE2)
+_XML_CALL = re2.compile(r"(?s)<function=([^>\s]+)>(.*?)</function>", _RE2)
+_XML_PARAM = re2.compile(r"(?s)<parameter=([^>\s]+)>(.*?)</parameter>", _RE2)
 
 
 def action_of(command: str) -> Action:
@@ -141,10 +146,9 @@ def _command(m: dict, i: int) -> str | None:
             args = raw
         return _spelled(fn["name"], args if isinstance(args, dict) else {} if args is None else {"input": args})
     text = as_text(m.get("content", m.get("text")))
-    found = _XML_CALL.findall(text)
+    found = _XML_CALL.search(text)
     if found:
-        fname, body = found[0]
-        return _spelled(fname, dict(_XML_PARAM.findall(body)))
+        return _spelled(found.group(1), dict(_XML_PARAM.findall(found.group(2))))
     blocks = _BLOCK.findall(text)
     return blocks[-1] if blocks else None
 

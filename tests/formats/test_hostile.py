@@ -10,6 +10,7 @@ import random
 import pytest
 
 from formats.importer import import_files
+from pipelines.query import run_query
 
 FIXTURES = {
     "atif": "atif/hello-world.trajectory.json",
@@ -132,3 +133,25 @@ def test_long_observations_make_smaller_record_batches(agent_data, tmp_path):
     batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
     assert sum(b.num_rows for b in batches) == 600 and len(batches) >= 3
     assert max(b.num_rows for b in batches) * 100_000 <= 2 * importer.BATCH_BYTES
+
+
+def test_unclosed_openers_in_an_agent_message_cost_one_pass(tmp_path):
+    """An assistant message of 2 MB of unclosed ``<function=``, ``<parameter=`` and fence
+    openers: Python's ``re`` rescanned the rest of the message from each opener (hours
+    here, as the test would show by never ending); RE2 reads it in one pass, and the
+    leftmost complete call is still found."""
+    junk = "<function=a>" * 60_000 + "```" * 200_000
+    call = "<function=bash>\n<parameter=command>ls</parameter>\n</function>"
+    messages = [
+        {"role": "user", "content": "Fix it"},
+        {"role": "assistant", "content": junk + "<parameter=x>" * 60_000},  # nothing closed: no action
+        {"role": "user", "content": "nothing ran"},
+        {"role": "assistant", "content": junk + call},
+        {"role": "user", "content": "a.py"},
+    ]
+    (tmp_path / "h.jsonl").write_text(json.dumps({"messages": messages, "instance_id": "h-1"}) + "\n")
+    s = import_files("swe-agent", [tmp_path / "h.jsonl"], tmp_path / "st", source="hostile")
+    assert (s.trajectories, s.transitions, s.malformed) == (1, 1, 0)
+    (row,) = run_query("SELECT action.canonical AS a, next_state.text AS obs FROM transitions", str(tmp_path / "st")).to_pylist()
+    # the first <function=a> opener is closed by the call's </function>: its parameters are the call's
+    assert (json.loads(row["a"])["command"], row["obs"]) == ("a ls", "a.py")
