@@ -275,13 +275,34 @@ def unpacked(value: Any, field: str) -> Any:
 
 
 def as_text(value: Any) -> str:
-    """A source's content as text: strings as they are, lists of content parts joined,
-    anything else as JSON."""
+    """A source's content as text: strings as they are, lists of content parts joined (an
+    image part as a short ``[image: ...]`` line, ``image_text``), anything else as JSON."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(p, dict) for p in value):
-        parts = [p.get("text") if isinstance(p.get("text"), str) else json.dumps(p, ensure_ascii=False) for p in value]
+        parts = [
+            p["text"] if isinstance(p.get("text"), str) else image_text(p) or json.dumps(p, ensure_ascii=False) for p in value
+        ]
         return "\n".join(parts)
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def image_text(part: dict[str, Any]) -> str | None:
+    """An image content part as the line a text observation keeps of it: where the image
+    is (a path or URL) and its media type, never its bytes (a base64 ``data`` field or a
+    ``data:`` URI is megabytes no world model should learn to write). The spellings of
+    OpenAI (``image_url``: a URL or ``{"url"}``), Anthropic and ATIF (``image``:
+    ``source`` with ``data``, ``url`` or ``path``, and ``media_type``). None: not an image."""
+    kind = part.get("type")
+    if not (isinstance(kind, str) and kind.startswith(("image", "input_image"))):
+        return None
+    source = part.get("source", part.get("image_url", part.get("url")))
+    source = {"url": source} if isinstance(source, str) else source if isinstance(source, dict) else {}
+    where = next((source[k] for k in ("path", "url") if isinstance(source.get(k), str)), None)
+    media = source.get("media_type") if isinstance(source.get("media_type"), str) else None
+    if where is not None and where.startswith("data:"):  # data:image/png;base64,...
+        media, where = media or where[5:].split(";", 1)[0].split(",", 1)[0], None
+    said = [w for w in (where, f"({media})" if media else None) if w]
+    return "[image" + (": " + " ".join(said) if said else "") + "]"

@@ -188,6 +188,38 @@ def test_toucan_rows_parallel_legacy_calls_and_sharegpt_turns(tmp_path):
     assert (got[("sg-1", "convert")]["obs"], got[("sg-1", "convert")]["instruction"]) == ("5.4 USD", "Convert 5 EUR")
 
 
+def test_image_parts_are_named_not_inlined(tmp_path):
+    """A screenshot in a tool result or a user message (OpenAI's ``image_url`` with a
+    ``data:`` URI, Anthropic's and ATIF's ``image`` with base64 ``data`` or a ``path``)
+    becomes an ``[image: ...]`` line: its bytes never land in a text."""
+    png = "iVBORw0KGgo" + "A" * 200_000
+    call = {"id": "c1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is on screen?"},
+                {"type": "image", "source": {"path": "shots/0.png", "media_type": "image/png"}},
+            ],
+        },
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": [
+                {"type": "text", "text": "captured"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": png}},
+            ],
+        },
+    ]
+    (tmp_path / "m.json").write_text(json.dumps({"id": "shots", "messages": messages}))
+    import_files("openai-messages", [tmp_path / "m.json"], tmp_path / "st", source="shots")
+    (row,) = rows(tmp_path / "st")
+    assert row["state"] == "What is on screen?\n[image: shots/0.png (image/png)]"
+    assert row["obs"] == "captured\n[image: (image/png)]\n[image: (image/jpeg)]"
+
+
 def test_openhands_runs_kept_as_chat_messages(tmp_path):
     """SWE-rebench-openhands / SWE-Zero rows: the run as OpenAI chat messages under
     ``trajectory``, with ``trajectory_id``, ``instance_id`` and ``resolved``."""
