@@ -91,6 +91,37 @@ def test_swe_smith_rows_in_each_of_its_styles(tmp_path):
     assert (first["state"], first["obs"]) == ("Fix the parser", "a.py\nb.py")
 
 
+def test_mini_swe_agent_trajectory(tmp_path):
+    """mini-swe-agent's ``.traj.json``: ``messages`` whose assistant turns end in a bash
+    block, observations as user messages, ``info.exit_status``; the file names the run."""
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant that can interact with a computer."},
+        {"role": "user", "content": "<pr_description>Fix the parser</pr_description>"},
+        {"role": "assistant", "content": "THOUGHT: look around.\n\n```bash\nls -la\n```"},
+        {"role": "user", "content": "<returncode>0</returncode>\n<output>\nparser.py\n</output>"},
+        {
+            "role": "assistant",
+            "content": "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff\n```",
+        },
+        {"role": "user", "content": "diff --git a/parser.py b/parser.py"},
+    ]
+    run = {
+        "info": {"exit_status": "Submitted", "submission": "diff"},
+        "messages": messages,
+        "trajectory_format": "mini-swe-agent-1",
+    }
+    (tmp_path / "acme__parser-7.traj.json").write_text(json.dumps(run))
+    s = import_files("swe-agent", [tmp_path], tmp_path / "st", source="mini")
+    assert (s.trajectories, s.transitions, s.malformed) == (1, 2, 0)
+    got = rows(tmp_path / "st")
+    assert [json.loads(r["action"])["command"] for r in got] == [
+        "ls -la",
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff",
+    ]
+    assert got[0]["obs"] == "<returncode>0</returncode>\n<output>\nparser.py\n</output>"
+    assert (got[0]["record"], got[0]["instruction"]) == ("acme__parser-7.traj", "<pr_description>Fix the parser</pr_description>")
+
+
 def test_openhands_event_stream(agent_data, tmp_path):
     s = import_files("openhands", [agent_data / "openhands"], tmp_path, source="oh")
     assert (s.records, s.trajectories, s.transitions, s.malformed) == (1, 1, 2, 0)
