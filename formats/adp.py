@@ -22,13 +22,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, loads, need, ours_of
+from formats.episode import Episode, Step, as_text, canonical_action, image_text, loads, need, ours_of
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "adp"
 ONE_FILE_PER_TRAJECTORY = False
 ACTIONS = ("api_action", "code_action", "message_action")
 OBSERVATIONS = ("text_observation", "web_observation", "image_observation")
+#: ADP's schema document spells ``class_`` as its models do (``message_action``), but its
+#: example as the class names (``MessageAction``, with ``message`` / ``text`` for ``content``):
+#: both are read.
+CLASS_NAMES = {"".join(w.title() for w in c.split("_")): c for c in ACTIONS + OBSERVATIONS}
 #: BrowserGym calls (ADP's web datasets) -> our web actions, argument by argument.
 BROWSER = {
     "click": ("click", {"bid": "bid"}),
@@ -51,8 +55,13 @@ def _unquote(value: Any) -> Any:
     return value
 
 
+def _content(item: dict) -> Any:
+    """An item's ``content`` (the example's ``message`` and ``text`` where it has none)."""
+    return item["content"] if "content" in item else item.get("message", item.get("text"))
+
+
 def _action(item: dict, where: str, web: bool) -> Action:
-    kind = item["class_"]
+    kind = CLASS_NAMES.get(item["class_"], item["class_"])
     if kind == "api_action":
         fn = item.get("function")
         need(isinstance(fn, str) and fn != "", f"{where}.function: missing")
@@ -65,27 +74,28 @@ def _action(item: dict, where: str, web: bool) -> Action:
             return Action.make(kind_, raw=canonical_json({"function": fn, "kwargs": kwargs}), **args)
         return canonical_action(fn, kwargs)
     if kind == "code_action":
-        code = item.get("content")
+        code = _content(item)
         need(isinstance(code, str), f"{where}.content: missing or not a string")
         language = item.get("language") or ""
         if language in ("bash", "shell", "sh"):
             return Action.make("run", raw=code, command=code, timeout=30.0)
         return Action.make("call_tool", raw=code, name=f"execute_{language or 'code'}", arguments={"code": code})
-    text = as_text(item.get("content"))
+    text = as_text(_content(item))
     return Action.make("message", raw=text, text=text)
 
 
 def _observation(item: dict) -> tuple[str, bool]:
     """An observation's text and whether it is a web page."""
-    if item["class_"] == "web_observation":
+    kind = CLASS_NAMES.get(item["class_"], item["class_"])
+    if kind == "web_observation":
         for key in ("axtree", "html"):
             v = item.get(key)
             if isinstance(v, str) and v not in ("", "None"):
                 return v, True
         return "", True
-    if item["class_"] == "image_observation":
-        return f"[image: {item.get('content')}]", False
-    return as_text(item.get("content")), False
+    if kind == "image_observation":
+        return image_text({"type": "image", "url": _content(item)}) or "[image]", False
+    return as_text(_content(item)), False
 
 
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
@@ -96,7 +106,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     need(isinstance(rid, str | int) and not isinstance(rid, bool) and rid != "", "id: missing or not a string (ADP requires it)")
     details = record.get("details") if isinstance(record.get("details"), dict) else {}
     ours = details.get("trajforge") if isinstance(details.get("trajforge"), dict) else {}
-    web = any(isinstance(c, dict) and c.get("class_") == "web_observation" for c in content)
+    web = any(isinstance(c, dict) and c.get("class_") in ("web_observation", "WebObservation") for c in content)
     first: list[str] = []
     instruction: str | None = None
     steps: list[Step] = []
@@ -106,6 +116,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         where = f"content[{i}]"
         need(isinstance(item, dict), f"{where}: not an object")
         cls = item.get("class_")
+        cls = CLASS_NAMES.get(cls, cls) if isinstance(cls, str) else cls
         need(cls in ACTIONS + OBSERVATIONS, f"{where}.class_: {cls!r} is not an ADP action or observation")
         if cls in ACTIONS:
             if action is not None:

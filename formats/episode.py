@@ -304,5 +304,7 @@ def image_text(part: dict[str, Any]) -> str | None:
     media = source.get("media_type") if isinstance(source.get("media_type"), str) else None
     if where is not None and where.startswith("data:"):  # data:image/png;base64,...
         media, where = media or where[5:].split(";", 1)[0].split(",", 1)[0], None
+    elif where is not None and len(where) > 2048:  # no path or URL is this long: the bytes themselves
+        where = None
     said = [w for w in (where, f"({media})" if media else None) if w]
     return "[image" + (": " + " ".join(said) if said else "") + "]"

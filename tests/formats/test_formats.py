@@ -181,6 +181,24 @@ def test_adp_web_and_swe(agent_data, tmp_path):
     assert swe["tomerfiliba__plumbum-366_17"]["model"] == "swe-agent-llama-70b" and len(swe) == 5
 
 
+def test_adp_as_its_schema_documents_example_spells_it(agent_data, tmp_path):
+    """The example in ADP's SCHEMA.md spells ``class_`` as the class names (``MessageAction``,
+    ``TextObservation``) and the content as ``message`` and ``text``; it imports as the
+    snake-case spelling does. An image observation holding its bytes keeps none of them."""
+    doc = (agent_data / "adp" / "SCHEMA.md").read_text()
+    example = json.loads(doc.split("## Example Standardized Format", 1)[1].split("```json", 1)[1].split("```", 1)[0])
+    image = {"class_": "ImageObservation", "content": "iVBORw0KGgo" + "A" * 5000, "source": "environment"}
+    shot = {"id": "with-image", "content": [{"class_": "CodeAction", "language": "bash", "content": "ls"}, image]}
+    (tmp_path / "ex.jsonl").write_text(json.dumps(example) + "\n" + json.dumps(shot) + "\n")
+    s = import_files("adp", [tmp_path / "ex.jsonl"], tmp_path / "st", source="adp-doc")
+    assert (s.trajectories, s.transitions, s.malformed) == (2, 2, 0)
+    got = {r["record"]: r for r in rows(tmp_path / "st")}
+    doc_row = got["example_trajectory_001"]
+    assert json.loads(doc_row["action"]) == {"kind": "message", "text": "Please help me solve this problem"}
+    assert doc_row["obs"] == "I'll help you solve this problem. What specific issue are you facing?"
+    assert (json.loads(got["with-image"]["action"])["command"], got["with-image"]["obs"]) == ("ls", "[image]")
+
+
 def test_toucan_rows_parallel_legacy_calls_and_sharegpt_turns(tmp_path):
     """Toucan-1.5M: ``messages`` as JSON text, ``uuid``; two parallel legacy calls written as
     one assistant message each (Qwen-Agent), answered in the other order by name; ShareGPT's
