@@ -6,7 +6,8 @@ results that name the call (``source_call_id``); results that name none go to th
 only call, or to its last one. An agent step with results but no tool call becomes a
 ``message`` action. User steps before the first agent step are the initial state (the
 first is the instruction); later user and system steps are kept in the next step's
-``extra``. A result that delegates to a sub-agent is shown as a reference line (the
+``extra``, with what a system step observed (v1.2: a reset, a context summary, a
+delegation) as its ``observation``. A result that delegates to a sub-agent is shown as a reference line (the
 sub-trajectory is its own record). ``step_id`` may be a number or a numeric string (both
 occur in Harbor's own files). Outputs came from executing the calls in the agent's
 environment (Harbor's runs), so rows are ``executed`` unless the importer is told otherwise.
@@ -58,7 +59,9 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
             if not out and source == "user":
                 users.append(message)
             elif out or source == "user":
-                pending.append({"source": source, "message": message})
+                by_call, loose = _results(step, where)
+                seen = "\n".join(loose + [t for v in by_call.values() for t in v])
+                pending.append({"source": source, "message": message, **({"observation": seen} if seen else {})})
             continue
         model = step.get("model_name") if isinstance(step.get("model_name"), str) else model
         out.extend(_agent_steps(step, where, pending))
@@ -81,9 +84,8 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     )
 
 
-def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterator[Step]:
-    calls = step.get("tool_calls") or []
-    need(isinstance(calls, list), "{}.tool_calls: not a list", where)
+def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:
+    """A step's observation results as text: those naming a tool call, by its id, and the rest."""
     observation = step.get("observation") or {}
     need(isinstance(observation, dict), "{}.observation: not an object", where)
     results = observation.get("results") or []
@@ -101,6 +103,14 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
                     text += ("\n" if text else "") + line
         call_id = r.get("source_call_id")
         (by_call.setdefault(call_id, []) if isinstance(call_id, str) else loose).append(text)
+    return by_call, loose
+
+
+def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterator[Step]:
+    calls = step.get("tool_calls") or []
+    need(isinstance(calls, list), "{}.tool_calls: not a list", where)
+    by_call, loose = _results(step, where)
+    results = by_call or loose
     ours = (step.get("extra") or {}).get("trajforge") if isinstance(step.get("extra"), dict) else None
     ours = ours if isinstance(ours, dict) else {}
     extra = {"before": before} if before else {}

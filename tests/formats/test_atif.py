@@ -124,6 +124,33 @@ def test_parallel_calls_get_their_own_results(tmp_path):
     assert got[1]["state"] == "x.txt" and got[0]["domain"] == "mcp"
 
 
+def test_what_a_system_step_observed_is_kept(tmp_path):
+    """v1.2: a system step may carry an observation (a context summary, a reset, a
+    delegation); it rides, with the step's message, in the next agent step's ``before``."""
+    call = [{"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}}]
+    system = {
+        "step_id": 3,
+        "source": "system",
+        "message": "context compacted",
+        "observation": {"results": [{"content": "summary: listed the files"}]},
+    }
+    after = {
+        "step_id": 4,
+        "source": "agent",
+        "message": "",
+        "tool_calls": [{"tool_call_id": "b", "function_name": "bash", "arguments": {"command": "pwd"}}],
+        "observation": {"results": [{"source_call_id": "b", "content": "/app"}]},
+    }
+    doc = _record("sys", call, [{"source_call_id": "a", "content": "x.txt"}], after=[system, after])
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    import_files("atif", [tmp_path / "s.json"], tmp_path / "st", source="probe")
+    got = run_query("SELECT step, next_state.extra AS extra FROM transitions ORDER BY step", str(tmp_path / "st")).to_pylist()
+    assert [json.loads(r["extra"]) for r in got] == [
+        {},
+        {"before": [{"source": "system", "message": "context compacted", "observation": "summary: listed the files"}]},
+    ]
+
+
 def test_malformed_records_are_skipped_and_named(tmp_path):
     good = _record("ok", [{"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}}], [])
     bad_step_id = json.loads(json.dumps(good)) | {"session_id": "bad-id"}
