@@ -45,6 +45,11 @@ from formats.episode import (
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "openai-messages"
+#: Turns that are one call each (ShareGPT's ``function_call``; ``tool_call``, its JSON in
+#: ``<tool_call>`` tags, as Hermes-style datasets write it), and turns that answer calls
+#: (an answer in ``<tool_response>`` tags is read without them).
+CALL_ROLES = ("function_call", "tool_call")
+ANSWER_ROLES = ("tool", "function", "ipython", "observation", "tool_output", "tool_response", "tool_result", "environment")
 ONE_FILE_PER_TRAJECTORY = False
 
 
@@ -63,6 +68,15 @@ def _messages(record: Any) -> tuple[list, dict]:
         need(bool(runs), "answer_generation.train_messages: no message list")
         return max(runs, key=len), record
     raise RecordError("no messages (messages, traj, conversations or answer_generation.train_messages)")
+
+
+def _untagged(text: str, tag: str) -> str:
+    """``text`` without one ``<tag>...</tag>`` around it (and the blanks inside them);
+    any other text as it is."""
+    bare, opening, closing = text.strip(), f"<{tag}>", f"</{tag}>"
+    if bare.startswith(opening) and bare.endswith(closing) and len(bare) >= len(opening) + len(closing):
+        return bare[len(opening) : -len(closing)].strip()
+    return text
 
 
 def _args(raw: Any) -> Any:
@@ -137,9 +151,9 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         role = m.get("role", m.get("from"))
         need(isinstance(role, str), f"{where}.role: missing")
         content = as_text(m.get("content", m.get("value")))
-        if role in ("assistant", "gpt", "function_call"):
+        if role in ("assistant", "gpt", *CALL_ROLES):
             calls = m.get("tool_calls")
-            legacy = _args(content) if role == "function_call" else m.get("function_call")
+            legacy = _args(_untagged(content, "tool_call")) if role in CALL_ROLES else m.get("function_call")
             if isinstance(legacy, str):
                 legacy = _args(legacy)
             if not ((calls or legacy) and open_calls and not any(c.answers for c in open_calls)):
@@ -158,12 +172,12 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
             elif isinstance(legacy, dict):
                 need(isinstance(legacy.get("name"), str), f"{where}.function_call.name: missing")
                 open_calls.append(_Call(None, legacy["name"], canonical_action(legacy["name"], _args(legacy.get("arguments")))))
-            elif content and content != "None" and role != "function_call":
+            elif content and content != "None" and role not in CALL_ROLES:
                 said = text_action(content)
-        elif role in ("tool", "function", "ipython", "observation"):
+        elif role in ANSWER_ROLES:
             call = _answered(open_calls, m.get("tool_call_id"), m.get("name"))
             if call is not None:
-                call.answers.append(content)
+                call.answers.append(_untagged(content, "tool_response"))
         elif role in ("user", "human"):
             close()
             if instruction is None and not steps:

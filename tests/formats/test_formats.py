@@ -222,15 +222,27 @@ def test_toucan_rows_parallel_legacy_calls_and_sharegpt_turns(tmp_path):
         {"from": "observation", "value": "5.4 USD"},
         {"from": "gpt", "value": "5.4 USD."},
     ]
+    hermes = [  # a Hermes-style derivative of Toucan: tool_call / tool_output turns in tags
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "reasoning", "content": "<think>use the tool</think>"},
+        {"role": "tool_call", "content": '<tool_call>{"name": "weather", "arguments": {"city": "Oslo"}}</tool_call>'},
+        {"role": "tool_output", "content": "<tool_response>rain</tool_response>"},
+        {"role": "answer", "content": "<answer>Rain.</answer>"},
+    ]
     rows_in = [
         {"uuid": "9b2c", "subset_name": "multi-turn", "messages": json.dumps(toucan)},
         {"id": "sg-1", "conversations": sharegpt},
+        {"uuid": "h-1", "messages": hermes},
     ]
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_in))
     s = import_files("openai-messages", [tmp_path / "t.jsonl"], tmp_path / "st", source="toucan")
-    assert (s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 3, 0)
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (3, 3, 4, 0)
     got = {(r["record"], json.loads(r["action"])["name"]): r for r in rows(tmp_path / "st")}
-    assert sorted(got) == [("9b2c", "time"), ("9b2c", "weather"), ("sg-1", "convert")]
+    assert sorted(got) == [("9b2c", "time"), ("9b2c", "weather"), ("h-1", "weather"), ("sg-1", "convert")]
+    assert (got[("h-1", "weather")]["obs"], json.loads(got[("h-1", "weather")]["action"])["arguments"]) == (
+        "rain",
+        {"city": "Oslo"},
+    )
     assert (got[("9b2c", "weather")]["obs"], got[("9b2c", "time")]["obs"]) == ("rain", "12:00")
     assert got[("9b2c", "weather")]["state"] == "Weather and time in Oslo?" and got[("9b2c", "weather")]["domain"] == "mcp"
     assert json.loads(got[("sg-1", "convert")]["action"])["arguments"] == {"amount": 5, "to": "USD"}
