@@ -79,12 +79,30 @@ class Record:
     value: Any
 
 
-def source_files(paths: Sequence[str | os.PathLike[str]]) -> Iterator[Path]:
-    """The files to read: each file given, and the JSON files under each folder, in order."""
+def source_files(
+    paths: Sequence[str | os.PathLike[str]], claims: Callable[[Path], bool] | None = None
+) -> Iterator[Path | Problem]:
+    """What to read, in order: each file given, and the JSON files under each folder. A
+    folder that ``claims`` says is one record (a format that keeps a run as a folder of
+    files) is yielded whole, as the folder. Inside a folder, symbolic links are not
+    followed: a link to a file is a ``Problem`` (a dataset's link could name any file of
+    this host), a link to a folder is not walked."""
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            yield from sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+            found: list[Path | Problem] = []
+            for top, dirs, files in os.walk(path):
+                here = Path(top)
+                if claims is not None and claims(here):
+                    found.append(here)
+                    dirs[:] = []
+                    continue
+                for f in files:
+                    p = here / f
+                    if p.suffix not in SUFFIXES:
+                        continue
+                    found.append(Problem(str(p), "file", "a symbolic link: not followed") if p.is_symlink() else p)
+            yield from sorted(found, key=lambda item: item if isinstance(item, Path) else Path(item.file))
         elif path.is_file():
             yield path
         else:
@@ -120,6 +138,24 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
                 yield Problem(name, "record", f"not JSON ({_short(exc)})")
                 return
             yield Record(name, "record", value)
+
+
+def folder_record(module, folder: Path) -> Record | Problem:
+    """A folder its format keeps one run in, as one record (``module.folder_record``, given
+    a reader of its JSON files)."""
+
+    def read(path: Path) -> Any:
+        if path.is_symlink() or not path.is_file():
+            raise RecordError(f"{path.relative_to(folder)}: not a plain file")
+        try:
+            return _parse(path.read_bytes())
+        except (ValueError, RecursionError) as exc:
+            raise RecordError(f"{path.relative_to(folder)}: not JSON ({_short(exc)})") from None
+
+    try:
+        return Record(str(folder), "folder", module.folder_record(folder, read))
+    except RecordError as exc:
+        return Problem(str(folder), "folder", _short(exc))
 
 
 def _many_lines(head: bytes) -> bool:
@@ -234,7 +270,7 @@ def import_files(
         raise ConfigError("--source: name the dataset the files come from")
     if executed is not None and executed not in EXECUTED:
         raise ConfigError(f"--executed: {executed!r} is not one of {', '.join(EXECUTED)}")
-    files = list(source_files(paths))
+    files = list(source_files(paths, getattr(module, "claims_folder", None)))
     handle = Store.open(os.fspath(store), must_exist=False)
     summary = ImportSummary(run_id_for(source))
     seen = existing_trajectories(handle, summary.run_id)
@@ -242,6 +278,9 @@ def import_files(
     with fewer_collections():
         try:
             for path in files:
+                if isinstance(path, Problem):
+                    _fail(summary, path, strict)
+                    continue
                 summary.files += 1
                 origin = Origin(source, fmt, path.name, license, summary.run_id, domain)
                 _import_file(module, path, origin, sink, seen, executed=executed, strict=strict)
@@ -254,7 +293,8 @@ def _import_file(module, path: Path, origin: Origin, sink: _Sink, seen: set[str]
     """One file's records into ``sink``; trajectories in ``seen`` are skipped (and the new
     ones added to it)."""
     summary = sink.summary
-    for item in records(path, getattr(module, "whole_array", None)):
+    items = [folder_record(module, path)] if path.is_dir() else records(path, getattr(module, "whole_array", None))
+    for item in items:
         if isinstance(item, Problem):
             _fail(summary, item, strict)
             continue

@@ -10,6 +10,15 @@ response) gives the action where present, else the action type: ``run`` -> run,
 anything else -> ``call_tool`` with the event's arguments. The first user message is the
 instruction and the first state. The runtime executed the actions: rows are ``executed``.
 
+OpenHands 1.x (the software-agent-sdk) writes typed events instead, each with its class
+as ``kind``: an ``ActionEvent`` (``tool_name``, ``tool_call_id``, the model's
+``tool_call``, the typed ``action``) is answered by the ``ObservationEvent`` (its
+``observation.content``), ``AgentErrorEvent`` (``error``: the step's error) or
+``UserRejectObservation`` (``rejection_reason``) with the same ``tool_call_id``; the
+first user ``MessageEvent`` is the instruction. A list of them (or ``events`` /
+``items``, as its API returns them) is one run; so is a conversation folder as it
+persists one (``base_state.json`` and ``events/event-*.json``, ``folder_record``).
+
 Datasets built from OpenHands runs (nebius SWE-rebench-openhands-trajectories, nvidia
 SWE-Zero-openhands-trajectories) keep each run as OpenAI chat messages under
 ``trajectory``, with ``trajectory_id``, ``instance_id`` and ``resolved``: those are read as
@@ -22,8 +31,9 @@ running the actions): import them with ``--executed not_executed``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from formats import openai_messages
@@ -39,7 +49,7 @@ def _events(record: Any) -> tuple[list, dict, str]:
     if isinstance(record, list):
         return record, {}, "events"
     need(isinstance(record, dict), f"expected a list of events or an object, got {type(record).__name__}")
-    for key in ("history", "events", "trajectory"):
+    for key in ("history", "events", "trajectory", "items"):
         if isinstance(record.get(key), list):
             return record[key], record, key
     raise RecordError("no events (a list, or history / events / trajectory)")
@@ -117,13 +127,111 @@ def _action(event: dict, where: str) -> Action:
 
 def whole_array(first: Any) -> bool:
     """A JSON array of events is one run (not a list of runs)."""
-    return isinstance(first, dict) and ("action" in first or "observation" in first)
+    if not isinstance(first, dict):
+        return False
+    kind = first.get("kind")
+    return "action" in first or "observation" in first or (isinstance(kind, str) and kind.endswith(("Event", "Observation")))
+
+
+#: The event classes of OpenHands 1.x that a run's transitions come from.
+SDK_EVENTS = frozenset({"ActionEvent", "ObservationEvent", "AgentErrorEvent", "UserRejectObservation", "MessageEvent"})
+#: Fields of an SDK action that are not its arguments.
+_SDK_NOISE = {"kind", "security_risk", "summary"}
+
+
+def _sdk(events: list) -> bool:
+    """Events of OpenHands 1.x (typed: ``kind``), not of 0.x (``action`` / ``observation``)."""
+    return any(isinstance(e, dict) and e.get("kind") in SDK_EVENTS for e in events)
+
+
+def claims_folder(folder: Path) -> bool:
+    """A conversation folder of OpenHands 1.x: ``base_state.json`` and ``events/``."""
+    return (folder / "base_state.json").is_file() and (folder / "events").is_dir()
+
+
+def folder_record(folder: Path, read: Callable[[Path], Any]) -> dict[str, Any]:
+    """A conversation folder as one record: its events in order (``event-00000-<id>.json``,
+    ...) and the conversation's ``id``."""
+    state = read(folder / "base_state.json")
+    events = [read(p) for p in sorted((folder / "events").glob("event-*.json"))]
+    return {"id": state.get("id") if isinstance(state, dict) else None, "events": events}
+
+
+def _sdk_call(e: dict, where: str) -> Action:
+    """An SDK ``ActionEvent``'s call: the model's own tool call (``tool_call``: ``name`` and
+    JSON ``arguments``, or litellm's ``function``), else the typed ``action``'s fields."""
+    call = e.get("tool_call") if isinstance(e.get("tool_call"), dict) else {}
+    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    name = fn.get("name") if isinstance(fn.get("name"), str) and fn.get("name") else e.get("tool_name")
+    need(isinstance(name, str) and name != "", "{}.tool_name: missing", where)
+    raw = fn.get("arguments")
+    if isinstance(raw, str):
+        try:
+            args = loads(raw)
+        except ValueError:
+            args = {"input": raw}
+    elif isinstance(e.get("action"), dict):
+        args = {k: v for k, v in e["action"].items() if k not in _SDK_NOISE and v is not None}
+    else:
+        args = raw if raw is not None else {}
+    return canonical_action(name, args)
+
+
+def _from_sdk(events: list, meta: dict, record: Any, name: str) -> Iterator[Episode]:
+    answers: dict[str, list[str]] = {}
+    errors: dict[str, str] = {}
+    for i, e in enumerate(events):
+        need(isinstance(e, dict), "events[{}]: not an object", i)
+        kind, cid = e.get("kind"), e.get("tool_call_id")
+        if kind not in ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation") or not isinstance(cid, str):
+            continue
+        if kind == "ObservationEvent":
+            obs = e.get("observation") if isinstance(e.get("observation"), dict) else {}
+            text = as_text(obs["content"]) if "content" in obs else as_text({k: v for k, v in obs.items() if k != "kind"})
+        else:
+            text = as_text(e.get("error") if kind == "AgentErrorEvent" else e.get("rejection_reason"))
+            errors[cid] = text or kind
+        answers.setdefault(cid, []).append(text)
+    instruction: str | None = None
+    steps: list[Step] = []
+    for i, e in enumerate(events):
+        kind = e.get("kind")
+        if kind == "MessageEvent" and e.get("source") == "user" and instruction is None:
+            message = e.get("llm_message") if isinstance(e.get("llm_message"), dict) else {}
+            instruction = as_text(message.get("content"))
+        elif kind == "ActionEvent":
+            where = f"events[{i}]"
+            cid = e.get("tool_call_id")
+            need(isinstance(cid, str), "{}.tool_call_id: missing", where)
+            if cid in answers or e.get("tool_name") == "finish":
+                steps.append(Step(_sdk_call(e, where), "\n".join(answers.get(cid, [])), errors.get(cid)))
+    if steps:
+        yield _episode(steps, instruction, meta.get("model") if isinstance(meta.get("model"), str) else None, meta, record, name)
+
+
+def _episode(steps: list[Step], instruction: str | None, model: str | None, meta: dict, record: Any, name: str) -> Episode:
+    """An OpenHands run's episode: the record's ``instance_id`` (else its ``id``, else the
+    file's name) is its id; the runtime executed the actions."""
+    rid = meta.get("instance_id") or meta.get("id") or name or record_id_of(record)
+    return Episode(
+        record_id=str(rid),
+        initial=instruction or "",
+        steps=steps,
+        instruction=instruction,
+        task_id=str(meta["instance_id"]) if meta.get("instance_id") else None,
+        agent="openhands",
+        model=model,
+        executed="executed",
+    )
 
 
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     events, meta, key = _events(record)
     if _chat(events):
         yield from _from_chat(events, meta, key, record, name)
+        return
+    if _sdk(events):
+        yield from _from_sdk(events, meta, record, name)
         return
     by_cause: dict[Any, list[str]] = {}
     for i, e in enumerate(events):
@@ -154,16 +262,5 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         if answers is None and kind != "finish":
             continue  # an agent message or a thought: nothing answered it
         steps.append(Step(_action(e, where), "\n".join(answers or [])))
-    if not steps:
-        return
-    rid = meta.get("instance_id") or meta.get("id") or name or record_id_of(record)
-    yield Episode(
-        record_id=str(rid),
-        initial=instruction or "",
-        steps=steps,
-        instruction=instruction,
-        task_id=str(meta["instance_id"]) if meta.get("instance_id") else None,
-        agent="openhands",
-        model=model,
-        executed="executed",
-    )
+    if steps:
+        yield _episode(steps, instruction, model, meta, record, name)

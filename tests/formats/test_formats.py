@@ -281,6 +281,98 @@ def test_image_parts_are_named_not_inlined(tmp_path):
     assert row["obs"] == "captured\n[image: (image/png)]\n[image: (image/jpeg)]"
 
 
+def _sdk_events() -> list[dict]:
+    """A run as OpenHands 1.x (software-agent-sdk) persists its events."""
+
+    def action(n: int, tool: str, args: dict, typed: dict) -> dict:
+        call = {"id": f"call_{n}", "name": tool, "arguments": json.dumps(args), "origin": "completion"}
+        return {
+            "kind": "ActionEvent",
+            "id": f"a{n}",
+            "source": "agent",
+            "thought": [{"type": "text", "text": "next"}],
+            "action": typed,
+            "tool_name": tool,
+            "tool_call_id": f"call_{n}",
+            "tool_call": call,
+            "llm_response_id": f"resp_{n}",
+        }
+
+    return [
+        {
+            "kind": "SystemPromptEvent",
+            "id": "s0",
+            "source": "agent",
+            "system_prompt": {"type": "text", "text": "You are OpenHands"},
+        },
+        {
+            "kind": "MessageEvent",
+            "id": "m0",
+            "source": "user",
+            "llm_message": {"role": "user", "content": [{"type": "text", "text": "Fix the parser"}]},
+        },
+        action(1, "terminal", {"command": "ls"}, {"kind": "TerminalAction", "command": "ls", "security_risk": "LOW"}),
+        {
+            "kind": "ObservationEvent",
+            "id": "o1",
+            "source": "environment",
+            "tool_name": "terminal",
+            "tool_call_id": "call_1",
+            "action_id": "a1",
+            "observation": {"kind": "TerminalObservation", "content": [{"type": "text", "text": "parser.py"}], "exit_code": 0},
+        },
+        action(2, "file_editor", {"command": "create", "path": "/w/t.py", "file_text": "x = 1"}, {"kind": "FileEditorAction"}),
+        {
+            "kind": "AgentErrorEvent",
+            "id": "e2",
+            "source": "agent",
+            "tool_name": "file_editor",
+            "tool_call_id": "call_2",
+            "error": "Permission denied",
+        },
+        {
+            "kind": "ConversationStateUpdateEvent",
+            "id": "u1",
+            "source": "environment",
+            "key": "execution_status",
+            "value": "running",
+        },
+        action(3, "finish", {"message": "done"}, {"kind": "FinishAction", "message": "done"}),
+    ]
+
+
+def test_openhands_sdk_events_as_a_list_and_as_a_conversation_folder(tmp_path):
+    """OpenHands 1.x: typed events (``kind``), a JSON array of them, or the conversation
+    folder it persists (``base_state.json``, ``events/event-*.json``) as one record."""
+    (tmp_path / "list").mkdir()
+    (tmp_path / "list" / "conv-1.json").write_text(json.dumps(_sdk_events()))
+    conv = tmp_path / "folders" / "conv-2"
+    (conv / "events").mkdir(parents=True)
+    (conv / "base_state.json").write_text(json.dumps({"id": "conv-2-uuid", "agent": {"kind": "Agent"}}))
+    for n, event in enumerate(_sdk_events()):
+        (conv / "events" / f"event-{n:05d}-{event['id']}.json").write_text(json.dumps(event))
+    secret = tmp_path / "secret.json"  # a link in a dataset to a file of this host is never read
+    secret.write_text(json.dumps(_sdk_events()))
+    (tmp_path / "folders" / "link.json").symlink_to(secret)
+    s = import_files("openhands", [tmp_path / "list", tmp_path / "folders"], tmp_path / "st", source="oh1")
+    assert (s.files, s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 2, 6, 1)
+    assert "link.json: file: a symbolic link: not followed" in str(s.problems[0])
+    got = per_record(tmp_path / "st")
+    assert {r["record"] for r in got} == {"conv-1", "conv-2-uuid"}
+    assert {tuple(r["kinds"]) for r in got} == {("run", "create", "finish")}
+    assert {(r["instruction"], r["domain"], r["executed"]) for r in got} == {("Fix the parser", "swe", "executed")}
+    steps = rows(tmp_path / "st")[:3]
+    assert [(r["obs"], r["action_error"]) for r in steps] == [
+        ("parser.py", None),
+        ("Permission denied", "Permission denied"),
+        ("", None),
+    ]
+    # the folder's files are not records of their own, and a bad event names its file
+    (conv / "events" / "event-00003-o1.json").write_text("{not json")
+    bad = import_files("openhands", [tmp_path / "folders"], tmp_path / "st2", source="oh1")
+    assert bad.trajectories == 0 and any("conv-2: folder: events/event-00003-o1.json: not JSON" in str(p) for p in bad.problems)
+
+
 def test_openhands_runs_kept_as_chat_messages(tmp_path):
     """SWE-rebench-openhands / SWE-Zero rows: the run as OpenAI chat messages under
     ``trajectory``, with ``trajectory_id``, ``instance_id`` and ``resolved``."""
