@@ -15,12 +15,18 @@
 - ``task.toml``'s timeouts and resources are honoured: ``[agent] timeout_sec`` (the
   episode), ``[verifier] timeout_sec``, ``[environment]`` ``cpus``, ``memory = "2G"`` or
   ``memory_mb``, ``storage = "10G"`` or ``storage_mb`` (the disk quota).
+
+A task folder comes from outside: every file of it that is read is a regular file inside
+the folder (``_file``), never through a symbolic link (a test file linked to a host's
+secret would be copied into the sandbox), and at most ``MAX_FILE_BYTES``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,7 @@ from typing import Any
 from schemas.errors import ConfigError
 
 HARBOR_DIRS = ("/tests", "/solution", "/logs")
+MAX_FILE_BYTES = 16 << 20  # a task's instruction, tests or solution: text, never this long
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[kmgt])?\s*$", re.I)
 _UNITS = {"": 1 / (1 << 20), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
@@ -54,13 +61,43 @@ def workdir_of(dockerfile: str) -> str:
     return found
 
 
-def _text(path: Path, where: str) -> str:
+def _file(path: Path, root: Path, where: str) -> bytes:
+    """The bytes of a regular file inside ``root``, read without following a symbolic link
+    anywhere below ``root``; ``ConfigError`` naming ``where`` otherwise."""
+    rel = path.relative_to(root)
+    for depth in range(1, len(rel.parts) + 1):
+        part = root.joinpath(*rel.parts[:depth])
+        if part.is_symlink():
+            raise ConfigError(f"{where}: {part.relative_to(root)} is a symbolic link (not followed)")
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ConfigError(f"{where}: missing") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: not readable ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{where}: not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{where}: larger than {MAX_FILE_BYTES >> 20} MiB")
+        return f.read(MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES]
+
+
+def _text(path: Path, where: str, root: Path) -> str:
+    try:
+        return _file(path, root, where).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{where}: not UTF-8 text") from None
+
+
+def _files(folder: Path, root: Path) -> list[Path]:
+    """The regular files under ``folder``, in order, not walking into linked folders; a
+    link to a file is refused (``_file``) when it is read."""
+    found = []
+    for top, _dirs, files in os.walk(folder):
+        found += [Path(top) / f for f in files]
+    return sorted(found)
 
 
 def _table(config: dict, name: str, where: str) -> dict:
@@ -85,9 +122,8 @@ def build_image(folder: Path, name: str, log=print) -> str:
 
     env_dir = folder / "environment"
     digest = hashlib.sha256()
-    for p in sorted(env_dir.rglob("*")):
-        if p.is_file():
-            digest.update(str(p.relative_to(env_dir)).encode() + b"\0" + p.read_bytes())
+    for p in _files(env_dir, folder):
+        digest.update(str(p.relative_to(env_dir)).encode() + b"\0" + _file(p, folder, str(p)))
     tag = f"localhost/harbor-{re.sub(r'[^a-z0-9_.-]', '-', name.lower())}:{digest.hexdigest()[:12]}"
     docker = client(find_engine())
     try:
@@ -109,11 +145,11 @@ def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = T
     name = folder.resolve().name
     where = str(folder)
     try:
-        config = tomllib.loads(_text(folder / "task.toml", f"{where}/task.toml"))
+        config = tomllib.loads(_text(folder / "task.toml", f"{where}/task.toml", folder))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}/task.toml: not TOML ({exc})") from None
-    instruction = _text(folder / "instruction.md", f"{where}/instruction.md").strip()
-    dockerfile = _text(folder / "environment" / "Dockerfile", f"{where}/environment/Dockerfile")
+    instruction = _text(folder / "instruction.md", f"{where}/instruction.md", folder).strip()
+    dockerfile = _text(folder / "environment" / "Dockerfile", f"{where}/environment/Dockerfile", folder)
     test_sh = folder / "tests" / "test.sh"
     if not test_sh.is_file():
         raise ConfigError(f"{where}/tests/test.sh: missing")
@@ -134,15 +170,14 @@ def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = T
     sandbox["writable"] = sorted({*HARBOR_DIRS, *([workdir] if workdir != "/" else [])})
     sandbox["image"] = image or (build_image(folder, name, log) if build else f"localhost/harbor-{name}")
     verify_files = {}
-    for p in sorted((folder / "tests").rglob("*")):
-        if p.is_file():
-            verify_files[f"/tests/{p.relative_to(folder / 'tests').as_posix()}"] = _text(p, str(p))
+    for p in _files(folder / "tests", folder):
+        verify_files[f"/tests/{p.relative_to(folder / 'tests').as_posix()}"] = _text(p, str(p), folder)
     actions: list[dict[str, Any]] = []
     solve = folder / "solution" / "solve.sh"
-    if solve.is_file():
+    if solve.is_file() or solve.is_symlink():
         agent_timeout = _number(agent, "timeout_sec", where) or 600.0
         actions = [
-            {"action": "write_file", "path": "/solution/solve.sh", "content": _text(solve, str(solve))},
+            {"action": "write_file", "path": "/solution/solve.sh", "content": _text(solve, str(solve), folder)},
             {"action": "run", "command": f"cd {workdir} && bash /solution/solve.sh", "timeout": min(agent_timeout, 3600.0)},
         ]
     extra: dict[str, Any] = {

@@ -66,6 +66,41 @@ def test_harbor_bad_folders_get_one_line(tmp_path):
     assert r.returncode == 2 and "environment/Dockerfile: missing" in r.stderr
 
 
+def test_harbor_task_files_are_read_only_inside_the_folder(tmp_path):
+    """A task folder comes from outside: a test file linked to a file of this host would be
+    copied into the sandbox for the agent to read. Links, FIFOs and huge files are refused
+    by name; the fixture's own files still read."""
+    import os
+    import shutil
+
+    from collectors.suites import harbor
+
+    task = tmp_path / "task"
+    shutil.copytree(AGENT_DATA / "harbor_tasks" / "hello-world", task)
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("AWS_SECRET=hunter2")
+    assert "hunter2" not in json.dumps(harbor_task(task, image="img"))
+    (task / "tests" / "leak.txt").symlink_to(secret)
+    with pytest.raises(ConfigError, match=r"tests/leak.txt: tests/leak.txt is a symbolic link \(not followed\)"):
+        harbor_task(task, image="img")
+    (task / "tests" / "leak.txt").unlink()
+    (task / "tests" / "more").symlink_to(tmp_path, target_is_directory=True)  # a linked folder is not walked
+    assert sorted(harbor_task(task, image="img")["extra"]["verify_files"]) == ["/tests/test.sh", "/tests/test_state.py"]
+    (task / "tests" / "more").unlink()
+    (task / "instruction.md").unlink()
+    (task / "instruction.md").symlink_to(secret)
+    with pytest.raises(ConfigError, match=r"instruction\.md is a symbolic link"):
+        harbor_task(task, image="img")
+    (task / "instruction.md").unlink()
+    os.mkfifo(task / "instruction.md")  # would block a plain open() forever
+    with pytest.raises(ConfigError, match=r"instruction\.md: not a regular file"):
+        harbor_task(task, image="img")
+    (task / "instruction.md").unlink()
+    (task / "instruction.md").write_bytes(b"x" * (harbor.MAX_FILE_BYTES + 1))
+    with pytest.raises(ConfigError, match=r"instruction\.md: larger than 16 MiB"):
+        harbor_task(task, image="img")
+
+
 def test_swebench_fixture_rows_parse_field_by_field(tmp_path):
     rows = rows_of(AGENT_DATA / "swebench" / "swe-bench-lite-test.json")
     tasks = {t["id"]: t for t in (swebench_task(row, where) for where, row in rows)}
