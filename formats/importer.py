@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,9 +100,8 @@ def source_files(
                     continue
                 for f in files:
                     p = here / f
-                    if p.suffix not in SUFFIXES:
-                        continue
-                    found.append(Problem(str(p), "file", "a symbolic link: not followed") if p.is_symlink() else p)
+                    if p.suffix in SUFFIXES:
+                        found.append(_plain(p))
             yield from sorted(found, key=lambda item: item if isinstance(item, Path) else Path(item.file))
         elif path.is_file():
             yield path
@@ -140,13 +140,22 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
             yield Record(name, "record", value)
 
 
+def _plain(path: Path) -> Path | Problem:
+    """A file found in a folder, if it is a regular file (not a link, a FIFO that would block
+    the read forever, or a device)."""
+    mode = path.lstat().st_mode
+    if stat.S_ISLNK(mode):
+        return Problem(str(path), "file", "a symbolic link: not followed")
+    return path if stat.S_ISREG(mode) else Problem(str(path), "file", "not a regular file")
+
+
 def folder_record(module, folder: Path) -> Record | Problem:
     """A folder its format keeps one run in, as one record (``module.folder_record``, given
     a reader of its JSON files)."""
 
     def read(path: Path) -> Any:
-        if path.is_symlink() or not path.is_file():
-            raise RecordError(f"{path.relative_to(folder)}: not a plain file")
+        if not path.is_file() or isinstance(_plain(path), Problem):
+            raise RecordError(f"{path.relative_to(folder)}: not a regular file")
         try:
             return _parse(path.read_bytes())
         except (ValueError, RecursionError) as exc:

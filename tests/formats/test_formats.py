@@ -5,6 +5,7 @@ and the exportable formats round-trip."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -354,9 +355,12 @@ def test_openhands_sdk_events_as_a_list_and_as_a_conversation_folder(tmp_path):
     secret = tmp_path / "secret.json"  # a link in a dataset to a file of this host is never read
     secret.write_text(json.dumps(_sdk_events()))
     (tmp_path / "folders" / "link.json").symlink_to(secret)
+    os.mkfifo(tmp_path / "folders" / "pipe.json")  # reading it would block forever
     s = import_files("openhands", [tmp_path / "list", tmp_path / "folders"], tmp_path / "st", source="oh1")
-    assert (s.files, s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 2, 6, 1)
-    assert "link.json: file: a symbolic link: not followed" in str(s.problems[0])
+    assert (s.files, s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 2, 6, 2)
+    said = [str(p) for p in s.problems]
+    assert any("link.json: file: a symbolic link: not followed" in p for p in said)
+    assert any("pipe.json: file: not a regular file" in p for p in said)
     got = per_record(tmp_path / "st")
     assert {r["record"] for r in got} == {"conv-1", "conv-2-uuid"}
     assert {tuple(r["kinds"]) for r in got} == {("run", "create", "finish")}
@@ -368,6 +372,7 @@ def test_openhands_sdk_events_as_a_list_and_as_a_conversation_folder(tmp_path):
         ("", None),
     ]
     # the folder's files are not records of their own, and a bad event names its file
+    os.unlink(tmp_path / "folders" / "pipe.json")
     (conv / "events" / "event-00003-o1.json").write_text("{not json")
     bad = import_files("openhands", [tmp_path / "folders"], tmp_path / "st2", source="oh1")
     assert bad.trajectories == 0 and any("conv-2: folder: events/event-00003-o1.json: not JSON" in str(p) for p in bad.problems)
