@@ -105,6 +105,8 @@ def source_files(
             yield from sorted(found, key=lambda item: item if isinstance(item, Path) else Path(item.file))
         elif path.is_file():
             yield path
+        elif path.exists():
+            raise ConfigError(f"{path}: not a regular file or a folder")
         else:
             raise ConfigError(f"{path}: no such file or folder")
 

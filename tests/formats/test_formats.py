@@ -515,9 +515,11 @@ def test_cli_import_export_and_errors(agent_data, tmp_path):
         "export", "openai-messages", "--store", str(tmp_path / "st"), "--out", str(tmp_path / "o"), "--where", "domain = 'web'"
     )
     assert "exported 5 trajectories" in r.stdout
+    os.mkfifo(tmp_path / "pipe.jsonl")
     for args, said in [
         (["import", "nope", str(tmp_path)], "unknown format 'nope'"),
         (["import", "adp", str(tmp_path / "missing")], "no such file or folder"),
+        (["import", "adp", str(tmp_path / "pipe.jsonl")], "pipe.jsonl: not a regular file or a folder"),
         (["import", "adp", str(agent_data / "adp"), "--domain", "moon"], "unknown domain 'moon'"),
         (["import", "adp", str(agent_data / "adp"), "--executed", "maybe"], "--executed: 'maybe'"),
     ]:
