@@ -14,6 +14,11 @@
   sandbox; pytest, Django and SymPy logs are read);
 - the gold ``patch`` is the scripted solution (``actions``): ``policy: {kind: scripted}``
   is the oracle. A row's ``image_name`` (SWE-smith) becomes the task's image.
+
+SWE-smith's rows (``repo`` under ``swesmith/``, its mirrors) turn ``patch`` around: it is
+the diff that introduced the bug, which ``base_commit`` (the instance's branch) already
+holds, and their tests are in the repository (no ``test_patch``); their oracle applies
+``patch`` in reverse.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collectors.swe import REPO
 from schemas.errors import ConfigError
 
 EVAL_DIR = "/tmp/trajforge-eval"
+GOLD = ".trajforge-gold.patch"  # where the oracle writes the gold patch, in the repository
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
 
 
@@ -89,6 +95,7 @@ def swebench_task(row: Any, where: str, *, repos: Path | None = None, eval_timeo
     if not isinstance(base, str):
         raise ConfigError(f"{where}: base_commit is not a string")
     gold = row.get("patch") or ""
+    smith = repo.startswith("swesmith/")  # patch introduced the bug base_commit holds: the fix is its reverse
     test_patch = row.get("test_patch") or ""
     if not isinstance(gold, str) or not isinstance(test_patch, str):
         raise ConfigError(f"{where}: patch and test_patch must be strings")
@@ -135,8 +142,11 @@ def swebench_task(row: Any, where: str, *, repos: Path | None = None, eval_timeo
     actions: list[dict[str, Any]] = []
     if gold.strip():
         actions = [
-            {"action": "create", "path": ".trajforge-gold.patch", "content": gold},
-            {"action": "run", "command": "git apply --whitespace=nowarn .trajforge-gold.patch && rm .trajforge-gold.patch"},
+            {"action": "create", "path": GOLD, "content": gold},
+            {
+                "action": "run",
+                "command": f"git apply {'-R ' if smith else ''}--whitespace=nowarn {GOLD} && rm {GOLD}",
+            },
             {"action": "submit"},
         ]
     return {

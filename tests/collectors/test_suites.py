@@ -254,6 +254,42 @@ def test_swebench_instance_end_to_end_oracle_one_no_op_zero(tmp_path, built):
     assert _rewards(tmp_path / "store2") == {"swebench/acme__calc-1": 0.0}
 
 
+def test_swe_smith_instance_end_to_end_oracle_reverts_the_bug_patch(tmp_path, built):
+    """SWE-smith: ``patch`` introduced the bug, ``base_commit`` (the instance's branch of
+    the ``swesmith/`` mirror) holds it and the tests; the oracle applies ``patch`` in reverse."""
+    mirror = tmp_path / "repos" / "acme__calc.1a2b3c4d"
+    (mirror / "calc").mkdir(parents=True)
+    (mirror / "tests").mkdir()
+    (mirror / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n\n\ndef neg(a):\n    return -a\n")
+    tests = "from calc import add, neg\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+    (mirror / "tests" / "test_calc.py").write_text(tests + "def test_neg():\n    assert neg(2) == -2\n")
+    _git(mirror, "init", "-q")
+    _git(mirror, "add", ".")
+    _git(mirror, "commit", "-q", "-m", "clean")
+    (mirror / "calc" / "__init__.py").write_text("def add(a, b):\n    return a - b\n\n\ndef neg(a):\n    return -a\n")
+    bug = _git(mirror, "diff")
+    _git(mirror, "commit", "-q", "-am", "Bug Patch")
+    row = {
+        "instance_id": "acme__calc.1a2b3c4d.func_pm_op_swap__x1",
+        "repo": "swesmith/acme__calc.1a2b3c4d",
+        "base_commit": _git(mirror, "rev-parse", "HEAD"),
+        "patch": bug + "\n",
+        "problem_statement": "add() subtracts.",
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_add"],
+        "PASS_TO_PASS": ["tests/test_calc.py::test_neg"],
+    }
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    suite = tmp_path / "smith.jsonl"
+    cli("tasks", "import", "swebench", str(tmp_path / "rows.jsonl"), "--repos", str(tmp_path / "repos"), "--out", str(suite))
+    task = json.loads(suite.read_text())
+    assert task["extra"]["repo"] == str(mirror.resolve()) and "git apply -R" in task["actions"][1]["command"]
+    job, tasks = load_job(_job(tmp_path, suite, "smith-oracle", "docker"))
+    job = job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"image": "localhost/trajforge-swe:latest"})})
+    summary = runner.run_job(job, tasks, str(tmp_path / "store"))
+    assert (summary.collected, summary.failed) == (1, 0)
+    assert _rewards(tmp_path / "store") == {"swebench/acme__calc.1a2b3c4d.func_pm_op_swap__x1": 1.0}
+
+
 def test_imported_suites_and_rows_decontaminate_by_source_id(tmp_path):
     from dataclasses import replace
 
