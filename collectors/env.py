@@ -19,6 +19,7 @@ file's section of that domain.
 from __future__ import annotations
 
 import abc
+import base64
 import json
 import shlex
 import time
@@ -85,7 +86,8 @@ class Task:
         """(reward, message): 1.0 when ``check`` exits 0, 0.0 otherwise, None without a check.
 
         Imported suites add, in ``extra``: ``verify_files`` (written just before the check,
-        so the agent never sees them: a Harbor task's tests, an SWE-bench test patch),
+        so the agent never sees them: a Harbor task's tests, an SWE-bench test patch; a
+        file's content is its text, or ``{"base64": ...}`` for bytes that are not UTF-8),
         ``verify_timeout_s`` and ``reward_file`` (the check writes its reward there, a
         number such as 1 or 0.5; it is read whatever the check's exit status, and a
         missing or unreadable file is 0.0)."""
@@ -95,7 +97,7 @@ class Task:
         if custom is not None:
             return custom(self)
         for path, content in (self.extra.get("verify_files") or {}).items():
-            env.sandbox.write_file(path, content)
+            env.sandbox.write_file(path, _file_content(content, f"task {self.id}: verify_files[{path!r}]"))
         timeout = float(self.extra.get("verify_timeout_s") or 300)
         r = env.sandbox.exec(self.check, timeout=timeout)
         said = (r.stdout + r.stderr).strip()[-500:]
@@ -111,6 +113,18 @@ class Task:
     def run_teardown(self, env: SandboxBacked) -> None:
         for cmd in self.teardown:
             env.sandbox.exec(cmd, timeout=60)
+
+
+def _file_content(content: Any, where: str) -> str | bytes:
+    """A suite's file content: text, or ``{"base64": ...}`` for bytes."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict) and isinstance(content.get("base64"), str):
+        try:
+            return base64.b64decode(content["base64"], validate=True)
+        except ValueError:
+            pass
+    raise EnvError(f"{where}: neither text nor {{'base64': ...}}")
 
 
 class SandboxBacked(abc.ABC):

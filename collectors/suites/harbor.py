@@ -23,6 +23,7 @@ secret would be copied into the sandbox), and at most ``MAX_FILE_BYTES``.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import re
@@ -171,7 +172,12 @@ def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = T
     sandbox["image"] = image or (build_image(folder, name, log) if build else f"localhost/harbor-{name}")
     verify_files = {}
     for p in _files(folder / "tests", folder):
-        verify_files[f"/tests/{p.relative_to(folder / 'tests').as_posix()}"] = _text(p, str(p), folder)
+        data = _file(p, folder, str(p))
+        try:
+            content: str | dict[str, str] = data.decode("utf-8")
+        except UnicodeDecodeError:  # a test's data file (an image, an archive): its bytes, in base64
+            content = {"base64": base64.b64encode(data).decode("ascii")}
+        verify_files[f"/tests/{p.relative_to(folder / 'tests').as_posix()}"] = content
     actions: list[dict[str, Any]] = []
     solve = folder / "solution" / "solve.sh"
     if solve.is_file() or solve.is_symlink():

@@ -101,6 +101,15 @@ def test_harbor_task_files_are_read_only_inside_the_folder(tmp_path):
         harbor_task(task, image="img")
 
 
+def test_suite_file_contents_are_text_or_base64():
+    from collectors.env import EnvError, _file_content
+
+    assert (_file_content("x", "w"), _file_content({"base64": "AP/+gA=="}, "w")) == ("x", b"\x00\xff\xfe\x80")
+    for bad in ({"base64": "not base64!"}, {"b64": "AA=="}, 3):
+        with pytest.raises(EnvError, match=r"verify_files\['/tests/x'\]: neither text nor"):
+            _file_content(bad, "task t: verify_files['/tests/x']")
+
+
 def test_swebench_fixture_rows_parse_field_by_field(tmp_path):
     rows = rows_of(AGENT_DATA / "swebench" / "swe-bench-lite-test.json")
     tasks = {t["id"]: t for t in (swebench_task(row, where) for where, row in rows)}
@@ -183,10 +192,13 @@ def test_harbor_task_end_to_end_oracle_one_no_op_zero(tmp_path, built):
     (task / "environment" / "Dockerfile").write_text(
         "FROM localhost/trajforge-terminal:latest\nWORKDIR /app\nRUN echo 42 > /app/seed.txt\n"
     )
-    (task / "tests" / "test.sh").write_text(
-        '#!/bin/bash\nif [ "$(cat /app/greeting.txt 2>/dev/null)" = "hello 42" ]; then echo 1 > /logs/verifier/reward.txt;'
-        " else echo 0 > /logs/verifier/reward.txt; fi\n"
+    (task / "tests" / "test.sh").write_text(  # also checks a binary data file of the tests arrived byte for byte
+        '#!/bin/bash\nbin=$(od -An -tx1 /tests/data/expected.bin | tr -d " \\n")\n'
+        'if [ "$(cat /app/greeting.txt 2>/dev/null)" = "hello 42" ] && [ "$bin" = "00fffe80" ]; then'
+        " echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
     )
+    (task / "tests" / "data").mkdir()
+    (task / "tests" / "data" / "expected.bin").write_bytes(b"\x00\xff\xfe\x80")  # not UTF-8
     (task / "solution" / "solve.sh").write_text('#!/bin/bash\necho "hello $(cat seed.txt)" > greeting.txt\n')
     suite = tmp_path / "harbor.jsonl"
     r = cli("tasks", "import", "harbor", str(tmp_path / "tasks"), "--out", str(suite))  # builds the image with Podman
@@ -194,6 +206,7 @@ def test_harbor_task_end_to_end_oracle_one_no_op_zero(tmp_path, built):
     body = json.loads(suite.read_text())
     assert body["extra"]["sandbox"]["image"].startswith("localhost/harbor-greet:")
     assert (body["extra"]["sandbox"]["memory_mb"], body["extra"]["sandbox"]["disk_mb"]) == (512, 256)
+    assert body["extra"]["verify_files"]["/tests/data/expected.bin"] == {"base64": "AP/+gA=="}
     job, tasks = load_job(_job(tmp_path, suite, "harbor-oracle", "docker"))
     summary = runner.run_job(job, tasks, str(tmp_path / "store"))
     assert (summary.collected, summary.failed) == (1, 0)
