@@ -10,7 +10,8 @@
   on its quota disk;
 - after the episode the tests are copied in (the agent never sees them) and ``test.sh``
   runs from the workdir; its ``reward.txt`` is the reward (``extra.reward_file``);
-- ``solution/solve.sh`` is the scripted solution (``actions``): the oracle policy is
+- ``solution/solve.sh`` is the scripted solution (``actions``: every file of ``solution/``
+  copied to ``/solution``, then ``solve.sh`` run from the workdir): the oracle policy is
   ``policy: {kind: scripted}``;
 - ``task.toml``'s timeouts and resources are honoured: ``[agent] timeout_sec`` (the
   episode), ``[verifier] timeout_sec``, ``[environment]`` ``cpus``, ``memory = "2G"`` or
@@ -27,6 +28,7 @@ import base64
 import hashlib
 import os
 import re
+import shlex
 import stat
 import tomllib
 from pathlib import Path
@@ -36,6 +38,7 @@ from schemas.errors import ConfigError
 
 HARBOR_DIRS = ("/tests", "/solution", "/logs")
 MAX_FILE_BYTES = 16 << 20  # a task's instruction, tests or solution: text, never this long
+MAX_BINARY_SOLUTION = 256 << 10  # a binary file of solution/ is typed into the shell as base64
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[kmgt])?\s*$", re.I)
 _UNITS = {"": 1 / (1 << 20), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
@@ -181,11 +184,12 @@ def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = T
     actions: list[dict[str, Any]] = []
     solve = folder / "solution" / "solve.sh"
     if solve.is_file() or solve.is_symlink():
+        _text(solve, str(solve), folder)  # it must be text
+        actions = [_copy_action(p, folder) for p in _files(folder / "solution", folder)]
         agent_timeout = _number(agent, "timeout_sec", where) or 600.0
-        actions = [
-            {"action": "write_file", "path": "/solution/solve.sh", "content": _text(solve, str(solve), folder)},
-            {"action": "run", "command": f"cd {workdir} && bash /solution/solve.sh", "timeout": min(agent_timeout, 3600.0)},
-        ]
+        actions.append(
+            {"action": "run", "command": f"cd {workdir} && bash /solution/solve.sh", "timeout": min(agent_timeout, 3600.0)}
+        )
     extra: dict[str, Any] = {
         "source": "harbor",
         "source_id": name,
@@ -210,6 +214,22 @@ def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = T
         "actions": actions,
         "extra": extra,
     }
+
+
+def _copy_action(path: Path, folder: Path) -> dict[str, Any]:
+    """The oracle's action that puts one file of ``solution/`` at ``/solution/...``: text as
+    ``write_file``, bytes (at most ``MAX_BINARY_SOLUTION``) decoded from base64 by the shell."""
+    data = _file(path, folder, str(path))
+    dest = f"/solution/{path.relative_to(folder / 'solution').as_posix()}"
+    try:
+        return {"action": "write_file", "path": dest, "content": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        pass
+    if len(data) > MAX_BINARY_SOLUTION:
+        raise ConfigError(f"{path}: a binary solution file over {MAX_BINARY_SOLUTION >> 10} KiB (the oracle types it in)")
+    b64 = base64.b64encode(data).decode("ascii")
+    folder_of = shlex.quote(dest.rsplit("/", 1)[0])
+    return {"action": "run", "command": f"mkdir -p {folder_of} && printf %s {b64} | base64 -d > {shlex.quote(dest)}"}
 
 
 def task_folders(paths: list[str]) -> list[Path]:

@@ -99,6 +99,13 @@ def test_harbor_task_files_are_read_only_inside_the_folder(tmp_path):
     (task / "instruction.md").write_bytes(b"x" * (harbor.MAX_FILE_BYTES + 1))
     with pytest.raises(ConfigError, match=r"instruction\.md: larger than 16 MiB"):
         harbor_task(task, image="img")
+    (task / "instruction.md").write_text("do it")
+    (task / "solution" / "tool.bin").write_bytes(b"\x00\xff")  # a binary solution file: typed in as base64
+    actions = harbor_task(task, image="img")["actions"]
+    assert {"action": "run", "command": "mkdir -p /solution && printf %s AP8= | base64 -d > /solution/tool.bin"} in actions
+    (task / "solution" / "tool.bin").write_bytes(b"\xff" * (harbor.MAX_BINARY_SOLUTION + 1))
+    with pytest.raises(ConfigError, match=r"tool\.bin: a binary solution file over 256 KiB"):
+        harbor_task(task, image="img")
 
 
 def test_suite_file_contents_are_text_or_base64():
@@ -199,7 +206,10 @@ def test_harbor_task_end_to_end_oracle_one_no_op_zero(tmp_path, built):
     )
     (task / "tests" / "data").mkdir()
     (task / "tests" / "data" / "expected.bin").write_bytes(b"\x00\xff\xfe\x80")  # not UTF-8
-    (task / "solution" / "solve.sh").write_text('#!/bin/bash\necho "hello $(cat seed.txt)" > greeting.txt\n')
+    solve = '#!/bin/bash\necho "$(cat /solution/words/hi.txt) $(cat seed.txt)" > greeting.txt\n'
+    (task / "solution" / "solve.sh").write_text(solve)
+    (task / "solution" / "words").mkdir()  # every file of solution/ reaches /solution, as the script expects
+    (task / "solution" / "words" / "hi.txt").write_text("hello")
     suite = tmp_path / "harbor.jsonl"
     r = cli("tasks", "import", "harbor", str(tmp_path / "tasks"), "--out", str(suite))  # builds the image with Podman
     assert "wrote 1 harbor tasks" in r.stdout
