@@ -3,8 +3,9 @@
 ``solution/solve.sh``. Each becomes a terminal task:
 
 - its image is built from the task's Dockerfile through the container engine (tag
-  ``localhost/harbor-<name>:<hash of the environment folder>``), or ``--image`` replaces it
-  (offline: the Dockerfile's base cannot be pulled);
+  ``localhost/harbor-<name>:<hash of the environment folder>``), or is the prebuilt image
+  ``[environment] docker_image`` names, or ``--image`` replaces it (offline: the
+  Dockerfile's base cannot be pulled);
 - the sandbox may write the Dockerfile's ``WORKDIR`` (filled with the image's content
   there) and Harbor's ``/tests``, ``/solution`` and ``/logs`` (``extra.sandbox.writable``),
   on its quota disk;
@@ -172,7 +173,8 @@ def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = T
         sandbox["cpus"] = cpus
     workdir = workdir_of(dockerfile)
     sandbox["writable"] = sorted({*HARBOR_DIRS, *([workdir] if workdir != "/" else [])})
-    sandbox["image"] = image or (build_image(folder, name, log) if build else f"localhost/harbor-{name}")
+    prebuilt = env.get("docker_image") if isinstance(env.get("docker_image"), str) and env.get("docker_image") else None
+    sandbox["image"] = image or prebuilt or (build_image(folder, name, log) if build else f"localhost/harbor-{name}")
     verify_files = {}
     for p in _files(folder / "tests", folder):
         data = _file(p, folder, str(p))

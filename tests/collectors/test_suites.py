@@ -100,6 +100,9 @@ def test_harbor_task_files_are_read_only_inside_the_folder(tmp_path):
     with pytest.raises(ConfigError, match=r"instruction\.md: larger than 16 MiB"):
         harbor_task(task, image="img")
     (task / "instruction.md").write_text("do it")
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(toml.replace("[environment]", '[environment]\ndocker_image = "ghcr.io/acme/task:1"'))
+    assert harbor_task(task)["extra"]["sandbox"]["image"] == "ghcr.io/acme/task:1"  # prebuilt: nothing to build
     (task / "solution" / "tool.bin").write_bytes(b"\x00\xff")  # a binary solution file: typed in as base64
     actions = harbor_task(task, image="img")["actions"]
     assert {"action": "run", "command": "mkdir -p /solution && printf %s AP8= | base64 -d > /solution/tool.bin"} in actions
