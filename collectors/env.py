@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import base64
 import json
+import math
 import shlex
 import time
 from collections.abc import Mapping
@@ -89,8 +90,9 @@ class Task:
         so the agent never sees them: a Harbor task's tests, an SWE-bench test patch; a
         file's content is its text, or ``{"base64": ...}`` for bytes that are not UTF-8),
         ``verify_timeout_s`` and ``reward_file`` (the check writes its reward there, a
-        number such as 1 or 0.5; it is read whatever the check's exit status, and a
-        missing or unreadable file is 0.0)."""
+        number such as 1 or 0.5, or beside it as ``.json``: ``{"reward": 1}`` or one
+        metric; it is read whatever the check's exit status, and a missing or unreadable
+        file is 0.0)."""
         if self.check is None:
             return None, "no check"
         custom = getattr(env, "check_task", None)  # domains without a sandbox check their own way (web: SQL)
@@ -104,15 +106,35 @@ class Task:
         reward_file = self.extra.get("reward_file")
         if not reward_file:
             return (1.0 if r.exit_code == 0 else 0.0), said
-        got = env.sandbox.exec(f"cat {shlex.quote(reward_file)}", timeout=30)
-        try:
-            return float(got.stdout.strip().split()[0]), said
-        except (ValueError, IndexError):
+        json_file = reward_file.removesuffix(".txt") + ".json"  # Harbor's verifiers write either
+        got = env.sandbox.exec(f"cat {shlex.quote(reward_file)} 2>/dev/null || cat {shlex.quote(json_file)}", timeout=30)
+        reward = _reward_of(got.stdout)
+        if reward is None:
             return 0.0, f"{reward_file}: no reward written ({said[-200:]})"
+        return reward, said
 
     def run_teardown(self, env: SandboxBacked) -> None:
         for cmd in self.teardown:
             env.sandbox.exec(cmd, timeout=60)
+
+
+def _reward_of(text: str) -> float | None:
+    """A verifier's reward: a number (``reward.txt``), or a JSON object (``reward.json``)
+    whose ``reward``, else whose only number, it is; None when there is none."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            found = json.loads(text)
+        except ValueError:
+            return None
+        numbers = {k: v for k, v in found.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        value = numbers.get("reward", next(iter(numbers.values())) if len(numbers) == 1 else None)
+        return float(value) if value is not None and math.isfinite(value) else None
+    try:
+        value = float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _file_content(content: Any, where: str) -> str | bytes:

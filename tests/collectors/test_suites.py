@@ -120,6 +120,14 @@ def test_suite_file_contents_are_text_or_base64():
             _file_content(bad, "task t: verify_files['/tests/x']")
 
 
+def test_verifier_rewards_as_harbor_writes_them():
+    """reward.txt holds a number; reward.json an object: its ``reward``, else its only metric."""
+    from collectors.env import _reward_of
+
+    assert [_reward_of(t) for t in ("1", " 0.5\n", '{"reward": 1, "f1": 0.2}', '{"accuracy": 0.25}')] == [1.0, 0.5, 1.0, 0.25]
+    assert {_reward_of(t) for t in ('{"a": 1, "b": 2}', "nan", "inf", "", "passed", "{bad", '{"reward": true}')} == {None}
+
+
 def test_swebench_fixture_rows_parse_field_by_field(tmp_path):
     rows = rows_of(AGENT_DATA / "swebench" / "swe-bench-lite-test.json")
     tasks = {t["id"]: t for t in (swebench_task(row, where) for where, row in rows)}
