@@ -2,8 +2,8 @@
 object per trajectory (``schema_version``, ``session_id``, ``agent``, ``steps``).
 
 In: each agent step's tool calls become transitions, one per call, with the observation
-results that name the call (``source_call_id``); results that name none go to the step's
-only call, or to its last one. An agent step with results but no tool call becomes a
+results that name the call (``source_call_id``); results that name none (or a call the
+step does not make) go to the step's only call, or to its last one. An agent step with results but no tool call becomes a
 ``message`` action. User steps before the first agent step are the initial state (the
 first is the instruction); later user and system steps are kept in the next step's
 ``extra``, with what a system step observed (v1.2: a reset, a context summary, a
@@ -110,13 +110,15 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
     calls = step.get("tool_calls") or []
     need(isinstance(calls, list), "{}.tool_calls: not a list", where)
     by_call, loose = _results(step, where)
+    named = {c["tool_call_id"] for c in calls if isinstance(c, dict) and isinstance(c.get("tool_call_id"), str)}
+    loose += [t for cid, texts in by_call.items() if cid not in named for t in texts]  # names no call of this step
     results = by_call or loose
     ours = (step.get("extra") or {}).get("trajforge") if isinstance(step.get("extra"), dict) else None
     ours = ours if isinstance(ours, dict) else {}
     extra = {"before": before} if before else {}
     if not calls:
         if results:
-            texts = loose + [t for v in by_call.values() for t in v]
+            texts = loose  # with no call, every result names none of its calls
             action = _ours(ours) or text_action(as_text(step.get("message")))
             yield Step(action, "\n".join(texts), ours.get("error"), _reward(ours), extra)
         return

@@ -124,6 +124,16 @@ def test_parallel_calls_get_their_own_results(tmp_path):
     assert got[1]["state"] == "x.txt" and got[0]["domain"] == "mcp"
 
 
+def test_a_result_naming_no_call_of_its_step_is_kept(tmp_path):
+    """A result whose ``source_call_id`` names a call its step does not make (a producer's
+    renumbered or stale id) is the step's, as one naming none is: never dropped."""
+    calls = [{"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}}]
+    path = tmp_path / "o.json"
+    path.write_text(json.dumps(_record("s2", calls, [{"source_call_id": "call_9", "content": "x.txt"}])))
+    import_files("atif", [path], tmp_path / "st", source="probe")
+    assert [(r["kind"], r["obs"]) for r in rows(tmp_path / "st")] == [("run", "x.txt")]
+
+
 def test_what_a_system_step_observed_is_kept(tmp_path):
     """v1.2: a system step may carry an observation (a context summary, a reset, a
     delegation); it rides, with the step's message, in the next agent step's ``before``."""
