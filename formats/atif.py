@@ -139,6 +139,8 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
 
 
 def _json_args(args: Any, where: str) -> Any:
+    if args is None:  # a call without arguments, as some producers write it
+        return {}
     if isinstance(args, str):  # some producers keep OpenAI's JSON string
         try:
             return loads(args)

@@ -126,12 +126,20 @@ def test_parallel_calls_get_their_own_results(tmp_path):
 
 def test_a_result_naming_no_call_of_its_step_is_kept(tmp_path):
     """A result whose ``source_call_id`` names a call its step does not make (a producer's
-    renumbered or stale id) is the step's, as one naming none is: never dropped."""
-    calls = [{"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}}]
+    renumbered or stale id) is the step's, as one naming none is: never dropped. A call
+    whose ``arguments`` is null takes none."""
+    calls = [
+        {"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}},
+        {"tool_call_id": "b", "function_name": "get_time", "arguments": None},
+    ]
+    results = [{"source_call_id": "a", "content": "x.txt"}, {"source_call_id": "call_9", "content": "12:00"}]
     path = tmp_path / "o.json"
-    path.write_text(json.dumps(_record("s2", calls, [{"source_call_id": "call_9", "content": "x.txt"}])))
-    import_files("atif", [path], tmp_path / "st", source="probe")
-    assert [(r["kind"], r["obs"]) for r in rows(tmp_path / "st")] == [("run", "x.txt")]
+    path.write_text(json.dumps(_record("s2", calls, results)))
+    summary = import_files("atif", [path], tmp_path / "st", source="probe")
+    assert summary.malformed == 0
+    got = rows(tmp_path / "st")
+    assert [(r["kind"], r["obs"]) for r in got] == [("run", "x.txt"), ("call_tool", "12:00")]
+    assert json.loads(got[1]["action"]) == {"kind": "call_tool", "name": "get_time", "arguments": {}}
 
 
 def test_what_a_system_step_observed_is_kept(tmp_path):
