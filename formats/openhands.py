@@ -19,6 +19,10 @@ first user ``MessageEvent`` is the instruction. A list of them (or ``events`` /
 ``items``, as its API returns them) is one run; so is a conversation folder as it
 persists one (``base_state.json`` and ``events/event-*.json``, ``folder_record``).
 
+OpenDevin and early OpenHands kept ``history`` as ``[action, observation]`` pairs (as
+their evaluation's ``output.jsonl`` rows do, with the task's ``instruction``): each pair's
+observation answers its action.
+
 Datasets built from OpenHands runs (nebius SWE-rebench-openhands-trajectories, nvidia
 SWE-Zero-openhands-trajectories) keep each run as OpenAI chat messages under
 ``trajectory``, with ``trajectory_id``, ``instance_id`` and ``resolved``: those are read as
@@ -53,6 +57,25 @@ def _events(record: Any) -> tuple[list, dict, str]:
         if isinstance(record.get(key), list):
             return record[key], record, key
     raise RecordError("no events (a list, or history / events / trajectory)")
+
+
+def _pairs(events: list) -> bool:
+    """The run kept as OpenDevin / early OpenHands kept it: ``history`` a list of
+    ``[action, observation]`` pairs."""
+    return bool(events) and all(isinstance(e, list) and len(e) == 2 for e in events)
+
+
+def _unpaired(pairs: list) -> list[dict]:
+    """Pairs as an event stream: each observation caused by its pair's action (a
+    ``null`` observation, what a message got, answers nothing)."""
+    events: list[dict] = []
+    for i, (action, observation) in enumerate(pairs):
+        need(isinstance(action, dict) and isinstance(observation, dict), "history[{}]: not an action and an observation", i)
+        key = f"pair-{i}"
+        events.append(action | {"id": key})
+        if observation.get("observation") not in (None, "null"):
+            events.append(observation | {"cause": key})
+    return events
 
 
 def _chat(events: list) -> bool:
@@ -213,6 +236,8 @@ def _episode(steps: list[Step], instruction: str | None, model: str | None, meta
     """An OpenHands run's episode: the record's ``instance_id`` (else its ``id``, else the
     file's name) is its id; the runtime executed the actions."""
     rid = meta.get("instance_id") or meta.get("id") or name or record_id_of(record)
+    if instruction is None and isinstance(meta.get("instruction"), str):  # an evaluation's output row
+        instruction = meta["instruction"]
     return Episode(
         record_id=str(rid),
         initial=instruction or "",
@@ -227,6 +252,8 @@ def _episode(steps: list[Step], instruction: str | None, model: str | None, meta
 
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     events, meta, key = _events(record)
+    if _pairs(events):
+        events = _unpaired(events)
     if _chat(events):
         yield from _from_chat(events, meta, key, record, name)
         return

@@ -420,6 +420,39 @@ def test_openhands_runs_kept_as_chat_messages(tmp_path):
     assert {r["agent"] for r in steps} == {"openhands"}
 
 
+def test_opendevin_history_of_action_observation_pairs(tmp_path):
+    """OpenDevin / early OpenHands evaluation rows: ``history`` as [action, observation]
+    pairs, the task in ``instruction``; a message's ``null`` observation answers nothing."""
+    history = [
+        [
+            {"action": "message", "args": {"content": "Reply when ready.", "wait_for_response": False}, "message": "..."},
+            {"observation": "null", "content": "", "extras": {}, "message": "No observation"},
+        ],
+        [
+            {"action": "run", "args": {"command": "ls", "background": False, "thought": ""}, "message": "Running: ls"},
+            {"observation": "run", "content": "setup.py", "extras": {"command_id": -1, "command": "ls", "exit_code": 0}},
+        ],
+        [
+            {"action": "write", "args": {"path": "/w/a.py", "content": "x = 1", "start": 0, "end": -1, "thought": ""}},
+            {"observation": "write", "content": "", "extras": {"path": "/w/a.py"}},
+        ],
+        [{"action": "finish", "args": {"outputs": {}, "thought": ""}}, {"observation": "null", "content": ""}],
+    ]
+    row = {"instance_id": "acme__lib-3", "instruction": "Fix the bug.", "history": history, "test_result": {}}
+    bad = {"instance_id": "acme__lib-4", "history": [["not an action", {"observation": "run"}]]}
+    (tmp_path / "output.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(bad) + "\n")
+    s = import_files("openhands", [tmp_path / "output.jsonl"], tmp_path / "st", source="opendevin-swebench")
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (2, 1, 3, 1)
+    assert "line 2: history[0]: not an action and an observation" in str(s.problems[0])
+    steps = rows(tmp_path / "st")
+    assert [(r["kind"], r["state"], r["obs"]) for r in steps] == [
+        ("run", "Fix the bug.", "setup.py"),
+        ("create", "setup.py", ""),
+        ("finish", "", ""),
+    ]
+    assert {(r["instruction"], r["task_id"], r["record"]) for r in steps} == {("Fix the bug.", "acme__lib-3", "acme__lib-3")}
+
+
 BAD = {
     "swe-agent": [
         ('{"trajectory": 3}', "trajectory: not a list"),
