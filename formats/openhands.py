@@ -149,7 +149,10 @@ def _action(event: dict, where: str) -> Action:
 
 
 def whole_array(first: Any) -> bool:
-    """A JSON array of events is one run (not a list of runs)."""
+    """A JSON array of events (or of OpenDevin's [action, observation] pairs) is one run
+    (not a list of runs)."""
+    if isinstance(first, list) and len(first) == 2 and isinstance(first[0], dict):
+        first = first[0]
     if not isinstance(first, dict):
         return False
     kind = first.get("kind")

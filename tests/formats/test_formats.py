@@ -451,6 +451,9 @@ def test_opendevin_history_of_action_observation_pairs(tmp_path):
         ("finish", "", ""),
     ]
     assert {(r["instruction"], r["task_id"], r["record"]) for r in steps} == {("Fix the bug.", "acme__lib-3", "acme__lib-3")}
+    (tmp_path / "history.json").write_text(json.dumps(history))  # the history alone, as a JSON array: one run
+    s = import_files("openhands", [tmp_path / "history.json"], tmp_path / "st2", source="opendevin")
+    assert (s.records, s.trajectories, s.transitions) == (1, 1, 3)
 
 
 BAD = {
