@@ -4,9 +4,10 @@
 whole run); the list may be JSON text, as Toucan-1.5M's rows keep it (their ``uuid`` is
 the record's id). Each spelling of a call: the modern ``tool_calls`` (answered by ``tool``
 messages with its ``tool_call_id``), the legacy ``function_call`` (answered by the
-``function`` message that names it, or the next one), and ShareGPT's ``function_call``
-turn (JSON of name and arguments, answered by an ``observation`` turn), with or without a
-``tools`` / ``functions`` list.
+``function`` message that names it, or the next one), ShareGPT's ``function_call``
+turn (JSON of name and arguments, answered by an ``observation`` turn), and a ReAct turn's
+``Action:`` / ``Action Input:`` lines where a ``function`` answer follows, or nothing does (ToolBench's
+ToolLLaMA ``conversations``), with or without a ``tools`` / ``functions`` list.
 
 In: each call becomes a transition whose next state is its answer; parallel calls are one
 transition each, also where they come as consecutive assistant messages of one legacy call
@@ -79,6 +80,22 @@ def _untagged(text: str, tag: str) -> str:
     return text
 
 
+def _react(text: str) -> dict[str, str] | None:
+    """The call a ReAct turn writes in its text (``Action: NAME`` and, on the next line,
+    ``Action Input: ARGUMENTS``, to the end: ToolBench's ToolLLaMA data), as a legacy
+    ``function_call``; the last one where there are several. None: no such call."""
+    lines = text.split("\n")
+    for k in range(len(lines) - 1, 0, -1):
+        line = lines[k].lstrip()
+        if line.startswith("Action Input:"):
+            name = lines[k - 1].strip()
+            if not name.startswith("Action:") or not name[len("Action:") :].strip():
+                return None
+            arguments = "\n".join([line[len("Action Input:") :], *lines[k + 1 :]]).strip()
+            return {"name": name[len("Action:") :].strip(), "arguments": arguments}
+    return None
+
+
 def _args(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
@@ -126,6 +143,13 @@ def _answered(open_calls: list[_Call], call_id: Any, name: Any) -> _Call | None:
     )
 
 
+def _answer_next(messages: list, i: int) -> bool:
+    """The message after ``messages[i]`` answers a call, or there is none (a last call,
+    such as ToolBench's ``Finish``, that nothing answered)."""
+    after = messages[i + 1] if i + 1 < len(messages) else None
+    return after is None or (isinstance(after, dict) and after.get("role", after.get("from")) in ANSWER_ROLES)
+
+
 def whole_array(first: Any) -> bool:
     """A JSON array of chat messages is one conversation (not a list of them)."""
     return isinstance(first, dict) and isinstance(first.get("role", first.get("from")), str)
@@ -156,6 +180,8 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
             legacy = _args(_untagged(content, "tool_call")) if role in CALL_ROLES else m.get("function_call")
             if isinstance(legacy, str):
                 legacy = _args(legacy)
+            if not (calls or legacy) and role not in CALL_ROLES and _answer_next(messages, i) and "Action Input:" in content:
+                legacy = _react(content)
             if not ((calls or legacy) and open_calls and not any(c.answers for c in open_calls)):
                 close()  # else: one more of parallel calls made a message each, none answered yet
             said = None

@@ -250,6 +250,50 @@ def test_toucan_rows_parallel_legacy_calls_and_sharegpt_turns(tmp_path):
     assert (got[("sg-1", "convert")]["obs"], got[("sg-1", "convert")]["instruction"]) == ("5.4 USD", "Convert 5 EUR")
 
 
+def test_toolllama_react_turns(tmp_path):
+    """ToolBench's ToolLLaMA rows: ShareGPT ``conversations`` whose assistant turns write
+    their call as ReAct text (``Action:``, ``Action Input:``), answered by ``function``
+    turns; a last call (``Finish``) that nothing answers still counts. ReAct-looking text
+    that no answer follows is a message."""
+    conversations = [
+        {"from": "system", "value": "You are AutoGPT, you can use many tools(functions) to do the following task."},
+        {"from": "user", "value": "What is the weather in Oslo? Begin!"},
+        {
+            "from": "assistant",
+            "value": '\nThought: I should ask the API.\nAction: get_weather_for_weatherapi\nAction Input: {\n  "city": "Oslo"\n}',
+        },
+        {"from": "function", "value": '{"error": "", "response": "rain, 4C"}'},
+        {
+            "from": "assistant",
+            "value": 'Thought: done.\nAction: Finish\nAction Input: {"return_type": "give_answer", "final_answer": "Rain."}',
+        },
+    ]
+    chat = [
+        {"role": "user", "content": "How do agents write calls?"},
+        {"role": "assistant", "content": "Like this:\nAction: search\nAction Input: {}"},
+        {"role": "user", "content": "Thanks."},
+    ]
+    (tmp_path / "toolllama.json").write_text(
+        json.dumps([{"id": "Step 2: weather", "conversations": conversations}, {"id": "c", "messages": chat}])
+    )
+    s = import_files("openai-messages", [tmp_path / "toolllama.json"], tmp_path / "st", source="toolllama")
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 3, 0)
+    got = {r["record"]: r for r in per_record(tmp_path / "st")}
+    assert got["Step 2: weather"]["kinds"] == ["call_tool", "call_tool"] and got["c"]["kinds"] == ["message"]
+    steps = [r for r in rows(tmp_path / "st") if r["record"] == "Step 2: weather"]
+    assert json.loads(steps[0]["action"]) == {
+        "kind": "call_tool",
+        "name": "get_weather_for_weatherapi",
+        "arguments": {"city": "Oslo"},
+    }
+    assert (steps[0]["state"], steps[0]["obs"]) == (
+        "What is the weather in Oslo? Begin!",
+        '{"error": "", "response": "rain, 4C"}',
+    )
+    assert json.loads(steps[1]["action"])["arguments"] == {"return_type": "give_answer", "final_answer": "Rain."}
+    assert steps[1]["obs"] == ""
+
+
 def test_image_parts_are_named_not_inlined(tmp_path):
     """A screenshot in a tool result or a user message (OpenAI's ``image_url`` with a
     ``data:`` URI, Anthropic's and ATIF's ``image`` with base64 ``data`` or a ``path``)
