@@ -3,8 +3,8 @@ object per trajectory (``schema_version``, ``session_id``, ``agent``, ``steps``)
 
 In: each agent step's tool calls become transitions, one per call, with the observation
 results that name the call (``source_call_id``); results that name none (or a call the
-step does not make) go to the step's only call, or to its last one. An agent step with results but no tool call becomes a
-``message`` action. User steps before the first agent step are the initial state (the
+step does not make) go to the step's only call, or to its last one. An agent step with
+results but no tool call becomes a ``message`` action. User steps before the first agent step are the initial state (the
 first is the instruction); later user and system steps are kept in the next step's
 ``extra``, with what a system step observed (v1.2: a reset, a context summary, a
 delegation) as its ``observation``. A result that delegates to a sub-agent is shown as a reference line (the

@@ -4,10 +4,10 @@
 whole run); the list may be JSON text, as Toucan-1.5M's rows keep it (their ``uuid`` is
 the record's id). Each spelling of a call: the modern ``tool_calls`` (answered by ``tool``
 messages with its ``tool_call_id``), the legacy ``function_call`` (answered by the
-``function`` message that names it, or the next one), ShareGPT's ``function_call``
-turn (JSON of name and arguments, answered by an ``observation`` turn), and a ReAct turn's
-``Action:`` / ``Action Input:`` lines where a ``function`` answer follows, or nothing does (ToolBench's
-ToolLLaMA ``conversations``), with or without a ``tools`` / ``functions`` list.
+``function`` message that names it, or the next one), ShareGPT's ``function_call`` turn
+(JSON of name and arguments, answered by an ``observation`` turn), and a ReAct turn's
+``Action:`` / ``Action Input:`` lines where a ``function`` answer follows, or nothing does
+(ToolBench's ToolLLaMA ``conversations``), with or without a ``tools`` / ``functions`` list.
 
 In: each call becomes a transition whose next state is its answer; parallel calls are one
 transition each, also where they come as consecutive assistant messages of one legacy call
