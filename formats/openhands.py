@@ -65,16 +65,16 @@ def _pairs(events: list) -> bool:
     return bool(events) and all(isinstance(e, list) and len(e) == 2 for e in events)
 
 
-def _unpaired(pairs: list) -> list[dict]:
-    """Pairs as an event stream: each observation caused by its pair's action (a
-    ``null`` observation, what a message got, answers nothing)."""
+def _unpaired(pairs: list, key: str) -> list[dict]:
+    """Pairs (the record's ``key``) as an event stream: each observation caused by its
+    pair's action (a ``null`` observation, what a message got, answers nothing)."""
     events: list[dict] = []
     for i, (action, observation) in enumerate(pairs):
-        need(isinstance(action, dict) and isinstance(observation, dict), "history[{}]: not an action and an observation", i)
-        key = f"pair-{i}"
-        events.append(action | {"id": key})
+        need(isinstance(action, dict) and isinstance(observation, dict), "{}[{}]: not an action and an observation", key, i)
+        cause = f"pair-{i}"
+        events.append(action | {"id": cause})
         if observation.get("observation") not in (None, "null"):
-            events.append(observation | {"cause": key})
+            events.append(observation | {"cause": cause})
     return events
 
 
@@ -151,7 +151,7 @@ def _action(event: dict, where: str) -> Action:
 def whole_array(first: Any) -> bool:
     """A JSON array of events (or of OpenDevin's [action, observation] pairs) is one run
     (not a list of runs)."""
-    if isinstance(first, list) and len(first) == 2 and isinstance(first[0], dict):
+    if _pairs([first]):
         first = first[0]
     if not isinstance(first, dict):
         return False
@@ -256,7 +256,7 @@ def _episode(steps: list[Step], instruction: str | None, model: str | None, meta
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     events, meta, key = _events(record)
     if _pairs(events):
-        events = _unpaired(events)
+        events = _unpaired(events, key)
     if _chat(events):
         yield from _from_chat(events, meta, key, record, name)
         return
