@@ -112,8 +112,18 @@ def stable_id(*parts: str) -> str:
 
 
 def record_id_of(value: Any) -> str:
-    """A record's id when the source gives none: the hash of its canonical JSON."""
-    return "sha-" + stable_id(canonical_json(value))[:24]
+    """A record's id when the source gives none: the hash of its canonical JSON, without
+    its null fields (a field set to null holds what an absent one holds, and a Parquet copy
+    of a JSON dataset has every field, null where the row had none: both get one id)."""
+    return "sha-" + stable_id(canonical_json(_without_nulls(value)))[:24]
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def canonical_action(name: str, arguments: Any, raw: str | None = None) -> Action:

@@ -31,6 +31,7 @@ from typing import Any
 
 from collectors.swe import REPO
 from schemas.errors import ConfigError
+from schemas.record_files import Problem, records
 
 EVAL_DIR = "/tmp/trajforge-eval"
 GOLD = ".trajforge-gold.patch"  # where the oracle writes the gold patch, in the repository
@@ -161,25 +162,12 @@ def swebench_task(row: Any, where: str, *, repos: Path | None = None, eval_timeo
 
 
 def rows_of(path: Path) -> list[tuple[str, Any]]:
-    """A file's rows: a JSON list, one JSON object, or JSON Lines; each with where it is."""
-    text = path.read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"{path}: not JSON ({str(exc).splitlines()[0]})") from None
-        return [(f"{path}: item {i}", row) for i, row in enumerate(data)]
+    """A file's rows, each with where it is: JSON (a list, or one object), JSON Lines, either
+    compressed, or Parquet, as the Hugging Face Hub serves SWE-bench and SWE-smith. The
+    first part that does not read is a ``ConfigError`` naming it: a suite is all or nothing."""
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                out.append((f"{path}: line {n}", json.loads(line)))
-            except ValueError:
-                if n == 1:  # one pretty-printed object
-                    try:
-                        return [(str(path), json.loads(text))]
-                    except ValueError:
-                        pass
-                raise ConfigError(f"{path}: line {n}: not JSON") from None
+    for item in records(path):
+        if isinstance(item, Problem):
+            raise ConfigError(str(item))
+        out.append((item.file if item.where == "record" else f"{item.file}: {item.where}", item.value))
     return out

@@ -166,6 +166,29 @@ def test_swebench_fixture_rows_parse_field_by_field(tmp_path):
             swebench_task(bad, where)
 
 
+def test_swebench_rows_as_the_hub_serves_them_parquet_and_compressed(tmp_path):
+    """SWE-bench on the Hub is Parquet, its lists kept as JSON text: the same tasks as the
+    JSON rows; so is JSON Lines gzip-compressed; a broken file is one line naming it."""
+    import gzip
+
+    import datasets
+
+    rows = [row for _, row in rows_of(AGENT_DATA / "swebench" / "swe-bench-lite-test.json")]
+    hub = [r | {k: json.dumps(r[k]) for k in ("FAIL_TO_PASS", "PASS_TO_PASS")} for r in rows]
+    datasets.disable_progress_bars()
+    datasets.Dataset.from_list(hub).to_parquet(str(tmp_path / "test-00000-of-00001.parquet"))
+    with gzip.open(tmp_path / "test.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in hub)
+    want = [swebench_task(r, "x") for r in rows]
+    for name, where in [("test-00000-of-00001.parquet", "row 0"), ("test.jsonl.gz", "line 1")]:
+        got = rows_of(tmp_path / name)
+        assert got[0][0] == f"{tmp_path / name}: {where}"
+        assert [swebench_task(r, "x") for _, r in got] == want
+    (tmp_path / "bad.jsonl.gz").write_bytes(gzip.compress(b'{"repo": "a"}\n') + b"junk")
+    with pytest.raises(ConfigError, match=r"bad.jsonl.gz: file: unreadable \(zlib"):
+        rows_of(tmp_path / "bad.jsonl.gz")
+
+
 def _job(tmp_path: Path, suite: Path, name: str, backend: str) -> Path:
     body = {
         "job_id": name,

@@ -606,3 +606,65 @@ def test_cli_import_export_and_errors(agent_data, tmp_path):
         r = cli(*args, "--store", str(tmp_path / "st2"), "--source", "x", check=False)
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert ROWS  # the shared row query
+
+
+def _as_parquet_can_hold(rows: list) -> list:
+    """Rows as a Parquet column can hold them: an object at a place where no row has a
+    field (a struct without children, which Parquet cannot write) is a null."""
+    filled: set[tuple] = set()
+
+    def walk(value, at, act):
+        if isinstance(value, dict):
+            if value:
+                filled.add(at)
+            out = {k: walk(v, (*at, k), act) for k, v in value.items()}
+            return out if out or not act or at in filled else None
+        if isinstance(value, list):
+            return [walk(v, (*at, "[]"), act) for v in value]
+        return value
+
+    for r in rows:
+        walk(r, (), False)
+    return [walk(r, (), True) for r in rows]
+
+
+HUB_ROWS = {  # format -> fixture files -> rows (a file holding a list of records: each one)
+    "atif": (["atif/hello-world.trajectory.json", "atif/hello-world-invalid-json.trajectory.json"], None),
+    "swe-agent": (["swe-agent/pydicom__pydicom-1458.traj", "swe-agent/function_calling_simple.traj"], "instance_id"),
+    "openhands": (["openhands/basic.json"], "history"),
+    "adp": (["adp/go-browse-wa/sample_std.json", "adp/nebius_SWE-agent-trajectories/sample_std.json"], None),
+    "openai-messages": (["messages_tools/gpt-4o-airline.subset.json", "messages_tools/10_ChatGPT_DFS_woFilter_w2.json"], None),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(HUB_ROWS))
+def test_parquet_as_the_hub_serves_it_imports_as_its_json_lines(fmt, agent_data, tmp_path):
+    """Rows written to Parquet by Hugging Face ``datasets`` (every row gets every struct
+    field, null where the source had none) give the same transitions, ids included, as the
+    same rows in JSON Lines, gzip-compressed."""
+    import gzip
+
+    import datasets
+
+    files, wrap = HUB_ROWS[fmt]
+    datasets.disable_progress_bars()
+    for kind in ("parquet", "jsonl.gz"):
+        (tmp_path / kind).mkdir()
+    total = 0
+    for n, name in enumerate(files):  # each fixture a dataset of its own, as on the Hub
+        value = json.loads((agent_data / name).read_text())
+        if wrap == "history":
+            value = {"instance_id": f"run-{n}", "history": value}
+        elif wrap:
+            value |= {wrap: f"run-{n}"}
+        found = _as_parquet_can_hold(value if isinstance(value, list) and wrap is None else [value])
+        total += len(found)
+        with gzip.open(tmp_path / "jsonl.gz" / f"rows-{n}.jsonl.gz", "wt") as f:
+            f.writelines(json.dumps(r) + "\n" for r in found)
+        datasets.Dataset.from_list(found).to_parquet(str(tmp_path / "parquet" / f"rows-{n}.parquet"))
+    got = {}
+    for kind in ("jsonl.gz", "parquet"):
+        s = import_files(fmt, [tmp_path / kind], tmp_path / f"store-{kind}", source="hub")
+        assert (s.files, s.records, s.malformed) == (len(files), total, 0), [str(p) for p in s.problems]
+        got[kind] = [r | {"file": r["file"].split(".")[0]} for r in rows(tmp_path / f"store-{kind}")]
+    assert got["parquet"] == got["jsonl.gz"] and len(got["parquet"]) > len(files)

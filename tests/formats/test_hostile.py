@@ -155,3 +155,28 @@ def test_unclosed_openers_in_an_agent_message_cost_one_pass(tmp_path):
     (row,) = run_query("SELECT action.canonical AS a, next_state.text AS obs FROM transitions", str(tmp_path / "st")).to_pylist()
     # the first <function=a> opener is closed by the call's </function>: its parameters are the call's
     assert (json.loads(row["a"])["command"], row["obs"]) == ("a ls", "a.py")
+
+
+def test_broken_parquet_and_compressed_files_are_named_not_raised(agent_data, tmp_path):
+    """Files that are not what their name or magic says: each a one-line problem naming
+    it, the good file beside them imported; ``--strict`` ends on the first, one line."""
+    import gzip
+
+    from tests.conftest import cli
+
+    good = json.loads((agent_data / FIXTURES["atif"]).read_text())
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a-good.jsonl.gz").write_bytes(gzip.compress(json.dumps(good).encode() + b"\n"))
+    (tmp_path / "in" / "b-junk.parquet").write_bytes(b"PAR1" + random.Random(1).randbytes(3000) + b"PAR1")
+    (tmp_path / "in" / "c-plain.jsonl.zst").write_text(json.dumps(good) + "\n")
+    (tmp_path / "in" / "d-magic-only.json").write_bytes(b"PAR1")
+    r = cli("import", "atif", str(tmp_path / "in"), "--store", str(tmp_path / "st"), "--source", "x")
+    assert "imported 1 trajectories" in r.stdout and "malformed: 3" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    for name, said in [
+        ("b-junk.parquet", "file: not readable Parquet ("),
+        ("c-plain.jsonl.zst", "file: unreadable ("),
+        ("d-magic-only.json", "file: not readable Parquet ("),
+    ]:
+        assert f"skipped {tmp_path / 'in' / name}: {said}" in r.stdout, r.stdout
+    r = cli("import", "atif", str(tmp_path / "in"), "--store", str(tmp_path / "st2"), "--source", "x", "--strict", check=False)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "b-junk.parquet: file: not readable Parquet" in r.stderr, r.stderr

@@ -1,0 +1,323 @@
+"""Files of records that other projects write, read one record at a time whatever their size.
+
+    for item in records(Path("runs.jsonl.gz")):
+        if isinstance(item, Problem):   # a part that does not read: its file, where, and why
+            ...
+        else:                           # item.where: "line 7", "item 3", "row 12" or "record"
+            use(item.value)
+
+The kinds: JSON Lines; JSON, one object or an array of records (streamed item by item with
+ijson); and Parquet, as the Hugging Face Hub serves datasets (streamed a few rows at a
+time). JSON and JSON Lines may also be compressed (``.gz``, ``.bz2``, ``.zst``), and are
+decompressed as they are read by pyarrow's codecs. A Parquet row gives every column and
+struct field, null where its source had none, so its nulls are dropped: the record reads as
+its source wrote it, and a converter's "is this field there" means what it means in JSON.
+
+Every file is hostile: a part that does not parse is a ``Problem`` and what came before it
+stands; no record is read into memory beyond ``MAX_RECORD`` bytes (a compressed file of a
+few megabytes can hold a line of gigabytes).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+import pyarrow as pa
+
+from schemas.errors import ConfigError
+
+SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj", ".parquet")
+#: A compressed file's suffix -> pyarrow's codec.
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+READ_BUFFER = 1 << 20  # records of 100 KiB are common: the default 8 KiB buffer reads each in pieces, 5x slower
+MAX_RECORD = 1 << 29  # 512 MiB: a line or a whole-file record longer than this is refused, unread
+PARQUET_ROWS = 64  # rows converted to Python at a time: trajectories of a megabyte each are common
+
+
+@dataclass
+class Problem:
+    file: str
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Record:
+    file: str
+    where: str  # "line 7", "item 3", "row 12", "record"
+    value: Any
+
+
+def compression_of(path: Path) -> str | None:
+    """The codec a file's name says it is compressed with, or None."""
+    return COMPRESSIONS.get(path.suffix.lower())
+
+
+def record_stem(path: Path) -> str:
+    """A file's name without its suffixes of kind and compression (``runs.jsonl.gz`` -> ``runs``)."""
+    return (path.with_suffix("") if compression_of(path) else path).stem
+
+
+def is_record_file(path: Path) -> bool:
+    """A file a folder walk reads: one of ``SUFFIXES``, or JSON compressed."""
+    plain = path.with_suffix("") if compression_of(path) else path
+    return plain.suffix.lower() in SUFFIXES and not (plain is not path and plain.suffix.lower() == ".parquet")
+
+
+def source_files(
+    paths: Sequence[str | os.PathLike[str]], claims: Callable[[Path], bool] | None = None
+) -> Iterator[Path | Problem]:
+    """What to read, in order: each file given, and the record files under each folder. A
+    folder that ``claims`` says is one record (a format that keeps a run as a folder of
+    files) is yielded whole, as the folder. Inside a folder, symbolic links are not
+    followed: a link to a file is a ``Problem`` (a dataset's link could name any file of
+    this host), a link to a folder is not walked."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found: list[Path | Problem] = []
+            for top, dirs, files in os.walk(path):
+                here = Path(top)
+                if claims is not None and claims(here):
+                    found.append(here)
+                    dirs[:] = []
+                    continue
+                found += [plain_file(here / f) for f in files if is_record_file(here / f)]
+            yield from sorted(found, key=lambda item: item if isinstance(item, Path) else Path(item.file))
+        elif path.is_file():
+            yield path
+        elif path.exists():
+            raise ConfigError(f"{path}: not a regular file or a folder")
+        else:
+            raise ConfigError(f"{path}: no such file or folder")
+
+
+def plain_file(path: Path) -> Path | Problem:
+    """A file found in a folder, if it is a regular file (not a link, a FIFO that would block
+    the read forever, or a device)."""
+    mode = path.lstat().st_mode
+    if stat.S_ISLNK(mode):
+        return Problem(str(path), "file", "a symbolic link: not followed")
+    return path if stat.S_ISREG(mode) else Problem(str(path), "file", "not a regular file")
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[BinaryIO]:
+    """The file's bytes, decompressed where its name says it is compressed."""
+    codec = compression_of(path)
+    if codec is None:
+        with open(path, "rb", buffering=READ_BUFFER) as f:
+            yield f
+    else:
+        with io.BufferedReader(pa.input_stream(str(path), compression=codec), READ_BUFFER) as f:
+            yield f
+
+
+#: What reading a file's bytes raises where they are not what its name says (a broken
+#: gzip stream, a truncated zstd frame, a Parquet file whose pages do not decode).
+UNREADABLE = (OSError, EOFError, pa.ArrowException)
+
+
+def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Iterator[Record | Problem]:
+    """One file's records, streamed; a part that does not parse is a ``Problem``. A JSON
+    array is a list of records, or one record when ``whole_array(first item)`` says so (an
+    OpenHands event list, a bare list of chat messages)."""
+    name = str(path)
+    try:
+        with _opened(path) as f:
+            head = f.peek(4096)[:4096]
+            if head[:4] == b"PAR1" and compression_of(path) is None:
+                kind = "parquet"
+            else:
+                head = head.lstrip()
+                lines = (path.with_suffix("") if compression_of(path) else path).suffix in (".jsonl", ".ndjson")
+                kind = "lines" if lines or (head[:1] == b"{" and _many_lines(head)) else "array" if head[:1] == b"[" else "one"
+            if kind == "lines":
+                yield from _lines(f, name)
+            elif kind == "one":
+                data = f.read(MAX_RECORD + 1)
+                if len(data) > MAX_RECORD:
+                    yield Problem(name, "record", f"longer than {MAX_RECORD >> 20} MiB: not read")
+                    return
+                try:
+                    value = parse(data)
+                except (ValueError, RecursionError) as exc:
+                    yield Problem(name, "record", f"not JSON ({short(exc)})")
+                    return
+                yield Record(name, "record", value)
+    except UNREADABLE as exc:
+        yield Problem(name, "file", f"unreadable ({short(exc)})")
+        return
+    if kind == "parquet":
+        yield from _parquet_rows(path, name)
+    elif kind == "array":
+        yield from _array_items(path, name, whole_array)
+
+
+def _lines(f: BinaryIO, name: str) -> Iterator[Record | Problem]:
+    n = 0
+    try:
+        while line := f.readline(MAX_RECORD + 1):
+            n += 1
+            if len(line) > MAX_RECORD:
+                while line and not line.endswith(b"\n"):  # the rest of the line, a buffer at a time
+                    line = f.readline(READ_BUFFER)
+                yield Problem(name, f"line {n}", f"longer than {MAX_RECORD >> 20} MiB: not read")
+                continue
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                value = parse(line)
+            except (ValueError, RecursionError) as exc:
+                yield Problem(name, f"line {n}", f"not JSON ({short(exc)})")
+                continue
+            yield Record(name, f"line {n}", value)
+    except UNREADABLE as exc:  # a compressed stream broken or cut short: the lines before it stand
+        yield Problem(name, f"line {n + 1}", f"unreadable ({short(exc)})")
+
+
+def _many_lines(head: bytes) -> bool:
+    """A .json file that is really JSON Lines: its first line is a whole object."""
+    first = head.split(b"\n", 1)[0]
+    try:
+        json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return b"\n" in head and head.split(b"\n", 1)[1].strip()[:1] == b"{"
+
+
+def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | None) -> Iterator[Record | Problem]:
+    """A JSON array's items, streamed by ijson's C parser; where that parser cannot decode
+    a string (a lone surrogate escape such as ``\\udfff``), the rest of the file is read
+    again by ijson's Python parser, which decodes it as Python does."""
+    import ijson
+
+    done, whole = 0, None  # items already handed out (a list of records), or gathered (one record)
+    for backend in (ijson, ijson.get_backend("python")):
+        n = -1
+        whole = None
+        try:
+            with _opened(path) as f:
+                for n, value in enumerate(backend.items(f, "item", use_float=True)):
+                    value = _text_safe(value)
+                    if n == 0 and whole_array is not None and whole_array(value):
+                        whole = [value]
+                    elif whole is not None:
+                        whole.append(value)
+                    elif n >= done:
+                        done = n + 1
+                        yield Record(name, f"item {n}", value)
+        except UnicodeDecodeError:
+            continue  # the C parser's strings: read on with the Python parser
+        except (ijson.JSONError, ValueError, RecursionError, *UNREADABLE) as exc:  # broken or cut short: items before it stand
+            yield Problem(name, "record" if whole is not None else f"item {n + 1}", f"not JSON ({short(exc)})")
+            return
+        break
+    else:  # neither parser could decode it
+        yield Problem(name, "record" if whole is not None else f"item {done}", "not JSON (undecodable text)")
+        return
+    if whole is not None:
+        yield Record(name, "record", whole)
+
+
+def _parquet_rows(path: Path, name: str) -> Iterator[Record | Problem]:
+    """A Parquet file's rows as JSON records, a few rows at a time (memory: one row group's
+    pages, as pyarrow reads them, and ``PARQUET_ROWS`` rows)."""
+    import pyarrow.parquet as pq
+
+    n = 0
+    try:
+        with pq.ParquetFile(path, buffer_size=READ_BUFFER) as pf:
+            row = _jsonable(pa.struct(list(pf.schema_arrow)))
+            for batch in pf.iter_batches(batch_size=PARQUET_ROWS):
+                for value in batch.to_pylist():
+                    yield Record(name, f"row {n}", row(value))
+                    n += 1
+    except (*UNREADABLE, ValueError) as exc:
+        yield Problem(name, f"row {n}" if n else "file", f"not readable Parquet ({short(exc)})")
+
+
+def _jsonable(t: pa.DataType) -> Callable[[Any], Any] | None:
+    """A function that turns a value of Arrow type ``t`` (as ``to_pylist`` gives it) into
+    what JSON would hold, or None where it already is: structs without their null fields,
+    maps as objects, binary as text (base64 where it is not UTF-8), dates and times in ISO
+    8601, durations in seconds, decimals as numbers."""
+    if pa.types.is_struct(t):
+        fields = [(f.name, _jsonable(f.type)) for f in t]
+        return lambda v: {k: c(x) if c else x for k, c in fields if (x := v[k]) is not None}
+    if pa.types.is_map(t):
+        kc, ic = _jsonable(t.key_type), _jsonable(t.item_type)
+        return lambda v: {str(kc(k) if kc else k): ic(x) if ic and x is not None else x for k, x in v}
+    if pa.types.is_dictionary(t):
+        return _jsonable(t.value_type)
+    if isinstance(t, pa.ListType | pa.LargeListType | pa.FixedSizeListType | pa.ListViewType | pa.LargeListViewType):
+        c = _jsonable(t.value_type)
+        return None if c is None else lambda v: [c(x) if x is not None else None for x in v]
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t) or pa.types.is_boolean(t):
+        return None
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t):
+        return None
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t):
+        return _text
+    if pa.types.is_duration(t):
+        return lambda v: v.total_seconds()
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t):
+        return lambda v: v.isoformat()
+    if pa.types.is_decimal(t):
+        return float
+    return str
+
+
+def _text(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(value).decode("ascii")
+
+
+def parse(raw: bytes) -> Any:
+    """One JSON text: orjson where it can (several times faster on long strings), else
+    Python's parser, whose answer is the reference (lone surrogate escapes, NaN, integers
+    beyond 64 bits, which orjson refuses)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _text_safe(json.loads(raw), raw)
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+
+
+def _text_safe(value: Any, raw: bytes | None = None) -> Any:
+    """A parsed record with every lone surrogate (JSON's ``\\ud800`` escapes, which no
+    UTF-8 text can hold) replaced by U+FFFD; a record whose raw bytes have no such escape
+    is returned as it is, unwalked."""
+    if raw is not None and not _SURROGATE_ESCAPE.search(raw):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if not value.isascii() else value
+    if isinstance(value, list):
+        return [_text_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {_text_safe(k): _text_safe(v) for k, v in value.items()}
+    return value
+
+
+def short(exc: BaseException) -> str:
+    """An exception as one line of a problem's reason."""
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

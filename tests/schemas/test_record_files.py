@@ -1,0 +1,136 @@
+"""The record file reader: Parquet rows read as their JSON would, compressed JSON read as it
+streams, and broken or oversized parts named, with what came before them kept."""
+
+from __future__ import annotations
+
+import bz2
+import datetime as dt
+import decimal
+import gzip
+import json
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from schemas import record_files
+from schemas.record_files import Problem, Record, is_record_file, record_stem, records, source_files
+
+ROWS = [{"id": f"r{i}", "steps": [{"cmd": "ls", "out": "a\nb"}, {"cmd": "pwd", "out": None}], "n": i} for i in range(5)]
+AS_PARQUET_READS = [r | {"steps": [r["steps"][0], {"cmd": "pwd"}]} for r in ROWS]  # its nulls dropped
+
+
+def read(path, **kw) -> tuple[list, list[str]]:
+    got = list(records(path, **kw))
+    return [r.value for r in got if isinstance(r, Record)], [str(p) for p in got if isinstance(p, Problem)]
+
+
+@pytest.mark.parametrize("suffix, compress", [(".gz", gzip.compress), (".bz2", bz2.compress), (".zst", zstandard.compress)])
+def test_compressed_json_lines_and_arrays_read_as_the_plain_file(tmp_path, suffix, compress):
+    lines = "".join(json.dumps(r) + "\n" for r in ROWS).encode()
+    (tmp_path / f"a.jsonl{suffix}").write_bytes(compress(lines))
+    (tmp_path / f"b.json{suffix}").write_bytes(compress(json.dumps(ROWS).encode()))
+    (tmp_path / f"c.json{suffix}").write_bytes(compress(json.dumps(ROWS[0], indent=2).encode()))
+    assert read(tmp_path / f"a.jsonl{suffix}") == (ROWS, [])
+    assert read(tmp_path / f"b.json{suffix}") == (ROWS, [])
+    assert read(tmp_path / f"c.json{suffix}") == ([ROWS[0]], [])
+    assert [r.where for r in records(tmp_path / f"a.jsonl{suffix}")] == [f"line {n}" for n in range(1, 6)]
+
+
+def test_a_cut_or_false_compressed_file_keeps_what_came_before(tmp_path):
+    many = [{"id": i, "text": random.Random(i).randbytes(300).hex()} for i in range(20_000)]  # 12 MB, 6 MB compressed
+    whole = gzip.compress("".join(json.dumps(r) + "\n" for r in many).encode())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) * 2 // 3])
+    values, problems = read(cut)
+    assert 0 < len(values) < len(many) and values == many[: len(values)]
+    assert problems == [f"{cut}: line {len(values) + 1}: unreadable (" + problems[0].split("unreadable (", 1)[1]]
+    fake = tmp_path / "fake.json.gz"
+    fake.write_text(json.dumps(ROWS))
+    values, problems = read(fake)
+    assert values == [] and len(problems) == 1 and problems[0].startswith(f"{fake}: ") and "unreadable" in problems[0]
+
+
+def test_a_record_beyond_the_limit_is_named_not_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(record_files, "MAX_RECORD", 1000)
+    monkeypatch.setattr(record_files, "READ_BUFFER", 64)
+    big = {"id": "big", "text": "x" * 5000}
+    (tmp_path / "a.jsonl.gz").write_bytes(
+        gzip.compress(f"{json.dumps(ROWS[0])}\n{json.dumps(big)}\n{json.dumps(ROWS[1])}\n".encode())
+    )
+    values, problems = read(tmp_path / "a.jsonl.gz")
+    assert values == ROWS[:2] and problems == [f"{tmp_path / 'a.jsonl.gz'}: line 2: longer than 0 MiB: not read"]
+    (tmp_path / "one.json").write_text(json.dumps(big))
+    assert read(tmp_path / "one.json") == ([], [f"{tmp_path / 'one.json'}: record: longer than 0 MiB: not read"])
+
+
+def test_parquet_rows_read_as_their_json(tmp_path):
+    """The Hub's Parquet gives every row every struct field, null where the source had
+    none: the nulls go, and the rows are the records as written."""
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "t.parquet", row_group_size=2)
+    got = list(records(tmp_path / "t.parquet"))
+    assert [r.where for r in got] == [f"row {n}" for n in range(5)]
+    assert [r.value for r in got] == AS_PARQUET_READS
+    (tmp_path / "t.bin").write_bytes((tmp_path / "t.parquet").read_bytes())  # known by its magic, not its name
+    assert [r.value for r in records(tmp_path / "t.bin")] == [r.value for r in got]
+
+
+def test_parquet_types_json_has_not_become_its_values(tmp_path):
+    table = pa.table(
+        {
+            "meta": pa.array([[("model", "m1"), ("agent", "a")]], pa.map_(pa.string(), pa.string())),
+            "at": pa.array([dt.datetime(2025, 3, 1, 12, 0, 5)], pa.timestamp("s")),
+            "day": pa.array([dt.date(2025, 3, 1)], pa.date32()),
+            "took": pa.array([dt.timedelta(seconds=90)], pa.duration("ms")),
+            "price": pa.array([decimal.Decimal("1.25")], pa.decimal128(6, 2)),
+            "text": pa.array([b"caf\xc3\xa9"], pa.binary()),
+            "blob": pa.array([b"\xff\x00"], pa.binary()),
+            "kind": pa.array(["run"]).dictionary_encode(),
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    [value], problems = read(tmp_path / "t.parquet")
+    assert problems == []
+    assert value == {
+        "meta": {"model": "m1", "agent": "a"},
+        "at": "2025-03-01T12:00:05",
+        "day": "2025-03-01",
+        "took": 90.0,
+        "price": 1.25,
+        "text": "café",
+        "blob": "/wA=",
+        "kind": "run",
+    }
+    json.dumps(value)
+
+
+def test_broken_parquet_is_a_problem_with_the_rows_before_it_kept(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pylist(ROWS * 50), path, row_group_size=50, compression="zstd")
+    data = bytearray(path.read_bytes())
+    page = pq.ParquetFile(path).metadata.row_group(3).column(0).data_page_offset
+    data[page : page + 30] = b"\x00" * 30  # the fourth row group's first page header
+    path.write_bytes(bytes(data))
+    values, problems = read(path)
+    assert len(problems) == 1 and problems[0].startswith(f"{path}: row {len(values)}: not readable Parquet")
+    assert values == (AS_PARQUET_READS * 50)[: len(values)] and 100 <= len(values) <= 150
+    (tmp_path / "cut.parquet").write_bytes(b"PAR1" + b"\x00" * 50)
+    values, problems = read(tmp_path / "cut.parquet")
+    assert values == [] and problems[0].startswith(f"{tmp_path / 'cut.parquet'}: file: not readable Parquet (")
+
+
+def test_folders_yield_record_files_by_kind_and_compression(tmp_path):
+    for name in ["a.json", "b.jsonl.gz", "c.parquet", "d.ndjson.zst", "e.traj", "f.parquet.gz", "g.txt", "h.gz", "i.JSONL.BZ2"]:
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in source_files([tmp_path])] == [
+        "a.json",
+        "b.jsonl.gz",
+        "c.parquet",
+        "d.ndjson.zst",
+        "e.traj",
+        "i.JSONL.BZ2",
+    ]
+    assert not is_record_file(tmp_path / "f.parquet.gz")
+    assert [record_stem(tmp_path / n) for n in ("b.jsonl.gz", "x.traj", "y.traj.json")] == ["b", "x", "y.traj"]
