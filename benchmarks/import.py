@@ -2,6 +2,7 @@
 
     python benchmarks/import.py [--sizes 50000 200000] [--formats atif swe-agent openhands]
     python benchmarks/import.py --sizes 200000 --repeat 3 --baseline /tmp/base   # same-run A/B
+    python benchmarks/import.py --input jsonl parquet  # the same records as Parquet too (as the Hub serves them)
 
 
 For each format, the fixtures in ``../shared/fixtures/agent-data`` are replicated with
@@ -11,6 +12,11 @@ then ``trajforge import`` runs on it in a fresh interpreter (one process: one co
 its wall time, CPU time and peak RSS are read from the child's rusage. The 200,000 store
 is then exported to ATIF and to ADP the same way. Goals (issue 25): at least 20,000
 transitions a second per core, and peak memory flat from 50k to 200k transitions.
+
+``--input jsonl parquet`` also writes the records to Parquet, in row groups of 1,000 records
+as ``datasets`` writes them (an object no record gives a field is made null: Parquet cannot
+hold a struct without fields). A Parquet file's footer, which a reader holds whole, grows
+with its row groups: at 100 records a group, the 200,000 OpenHands file's is 34 MiB.
 
 ``--repeat N`` runs each import N times (medians reported); ``--baseline DIR`` also runs
 every import with another checkout's ``trajforge.py`` (``git worktree add DIR REV``), in
@@ -43,14 +49,34 @@ SOURCES = {  # format -> (fixture, transitions per record, how to give a record 
 }
 
 
-def make_file(fmt: str, transitions: int, path: Path) -> int:
+def make_file(fmt: str, transitions: int, path: Path, kind: str = "jsonl") -> int:
     fixture, per, fresh = SOURCES[fmt]
     record = json.loads((DATA / fixture).read_text())
     n = -(-transitions // per)
+    if kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        record = _no_empty_objects(record)
+        writer = None
+        for start in range(0, n, 1000):
+            table = pa.Table.from_pylist([fresh(record, i) for i in range(start, min(n, start + 1000))])
+            writer = writer or pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+        writer.close()
+        return n * per
     with open(path, "w", encoding="utf-8") as f:
         for i in range(n):
             f.write(json.dumps(fresh(record, i)) + "\n")
     return n * per
+
+
+def _no_empty_objects(value):
+    if isinstance(value, dict):
+        return {k: _no_empty_objects(v) for k, v in value.items()} or None
+    if isinstance(value, list):
+        return [_no_empty_objects(v) for v in value]
+    return value
 
 
 def timed(cmd: list[str], root: Path = ROOT) -> tuple[float, float, int, str]:
@@ -66,10 +92,32 @@ def timed(cmd: list[str], root: Path = ROOT) -> tuple[float, float, int, str]:
     return wall, usage["cpu"], usage["maxrss"], proc.stdout.strip()
 
 
+def _import_runs(
+    fmt: str, n: int, files: dict[str, Path], store: Path, repeat: int, baseline: Path | None
+) -> dict[tuple[str, str], list[tuple[float, float, int]]]:
+    """Each file imported ``repeat`` times by this checkout (and the baseline's, JSONL only:
+    older checkouts read no Parquet), the kinds and checkouts in turn so that each sees the
+    same machine: (kind, "this" / "baseline") -> [(wall, CPU, peak RSS)]."""
+    runs: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
+    for _ in range(repeat):
+        for kind, src in files.items():
+            for name, root in [("baseline", baseline), ("this", ROOT)]:
+                if root is None or (name == "baseline" and kind != "jsonl"):
+                    continue
+                shutil.rmtree(store, ignore_errors=True)
+                wall, cpu, rss, _out = timed(["import", fmt, str(src), "--store", str(store), "--source", "bench"], root)
+                runs.setdefault((kind, name), []).append((wall, cpu, rss))
+                print(f"  {name}: {fmt} {kind} {n} transitions: {wall:.1f} s wall, {cpu:.1f} s CPU, peak {rss / 1024:.0f} MiB")
+    return runs
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[50_000, 200_000])
     ap.add_argument("--formats", nargs="+", default=list(SOURCES), choices=list(SOURCES))
+    ap.add_argument(
+        "--input", nargs="+", choices=["jsonl", "parquet"], default=["jsonl"], help="the kinds of file imported, in turn"
+    )
     ap.add_argument("--repeat", type=int, default=1, help="runs of each import (medians reported)")
     ap.add_argument("--baseline", type=Path, help="another checkout, run in turn with this one")
     args = ap.parse_args(argv)
@@ -80,24 +128,18 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for fmt in args.formats:
             for size in args.sizes:
-                src = tmp / f"{fmt}-{size}.jsonl"
-                n = make_file(fmt, size, src)
+                files = {kind: tmp / f"{fmt}-{size}.{kind}" for kind in args.input}
+                n = max(make_file(fmt, size, src, kind) for kind, src in files.items())
                 store = tmp / f"store-{fmt}-{size}"
-                runs: dict[str, list[tuple[float, float, int]]] = {"this": [], "baseline": []}
-                for _ in range(args.repeat):
-                    for name, root in [("baseline", args.baseline), ("this", ROOT)]:
-                        if root is None:
-                            continue
-                        shutil.rmtree(store, ignore_errors=True)
-                        wall, cpu, rss, out = timed(["import", fmt, str(src), "--store", str(store), "--source", "bench"], root)
-                        runs[name].append((wall, cpu, rss))
-                        print(f"  {name}: {fmt} {n} transitions: {wall:.1f} s wall, {cpu:.1f} s CPU, peak {rss / 1024:.0f} MiB")
-                wall, cpu, rss = (statistics.median(r[i] for r in runs["this"]) for i in range(3))
-                rows.append((fmt, size, n, src.stat().st_size, wall, cpu, rss))
-                if runs["baseline"]:
-                    before = statistics.median(c for _, c, _ in runs["baseline"])
-                    ab.append((fmt, n, before, cpu, [c for _, c, _ in runs["this"]]))
-                src.unlink()
+                runs = _import_runs(fmt, n, files, store, args.repeat, args.baseline)
+                for kind, src in files.items():
+                    this = runs[kind, "this"]
+                    wall, cpu, rss = (statistics.median(r[i] for r in this) for i in range(3))
+                    rows.append((fmt, kind, n, src.stat().st_size, wall, cpu, rss))
+                    if (kind, "baseline") in runs:
+                        before = statistics.median(c for _, c, _ in runs[kind, "baseline"])
+                        ab.append((f"{fmt} ({kind})", n, before, cpu, [c for _, c, _ in this]))
+                    src.unlink()
                 if size == max(args.sizes) and fmt == args.formats[0]:
                     for out_fmt in ("atif", "adp"):
                         wall, cpu, rss, out = timed(
@@ -111,14 +153,13 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(f"### Import throughput ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, one process)")
     print()
-    print(
-        "| format | transitions | file MiB | wall s | CPU s | transitions/s (wall, 1 core) | per CPU s | MiB/s | peak RSS MiB |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for fmt, _size, n, nbytes, wall, cpu, rss in rows:
+    head = "wall s | CPU s | transitions/s (wall, 1 core) | per CPU s | MiB/s | peak RSS MiB"
+    print(f"| format | input | transitions | file MiB | {head} |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for fmt, kind, n, nbytes, wall, cpu, rss in rows:
         mib = nbytes / 2**20
         rates = f"{n / wall:,.0f} | {n / cpu:,.0f} | {mib / wall:,.0f}"
-        print(f"| {fmt} | {n:,} | {mib:,.0f} | {wall:.1f} | {cpu:.1f} | {rates} | {rss / 1024:,.0f} |")
+        print(f"| {fmt} | {kind} | {n:,} | {mib:,.0f} | {wall:.1f} | {cpu:.1f} | {rates} | {rss / 1024:,.0f} |")
     if ab:
         print()
         head = f"baseline: per CPU s (median of {args.repeat}) | this: per CPU s | this / baseline | this, runs"

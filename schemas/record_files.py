@@ -258,8 +258,10 @@ def _jsonable(t: pa.DataType) -> Callable[[Any], Any] | None:
     maps as objects, binary as text (base64 where it is not UTF-8), dates and times in ISO
     8601, durations in seconds, decimals as numbers."""
     if pa.types.is_struct(t):
-        fields = [(f.name, _jsonable(f.type)) for f in t]
-        return lambda v: {k: c(x) if c else x for k, c in fields if (x := v[k]) is not None}
+        inner = {f.name: c for f in t if (c := _jsonable(f.type)) is not None}
+        if not inner:
+            return lambda v: {k: x for k, x in v.items() if x is not None}
+        return lambda v: {k: inner[k](x) if k in inner else x for k, x in v.items() if x is not None}
     if pa.types.is_map(t):
         kc, ic = _jsonable(t.key_type), _jsonable(t.item_type)
         return lambda v: {str(kc(k) if kc else k): ic(x) if ic and x is not None else x for k, x in v}
