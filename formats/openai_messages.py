@@ -8,6 +8,13 @@ messages with its ``tool_call_id``), the legacy ``function_call`` (answered by t
 (JSON of name and arguments, answered by an ``observation`` turn), and a ReAct turn's
 ``Action:`` / ``Action Input:`` lines where a ``function`` answer follows, or nothing does
 (ToolBench's ToolLLaMA ``conversations``), with or without a ``tools`` / ``functions`` list.
+Anthropic's content blocks (``tool_use`` calls, ``tool_result`` answers) and OpenAI's
+Responses API items (``function_call``, ``function_call_output``) are read as the same
+calls and answers (``_as_chat``). tau2-bench's results file is one record of many
+conversations (``simulations``, see ``_simulations``): its calls are flat (``name``,
+``arguments``), its tool messages answer by ``id`` and may flag ``error``, several answers
+may come as one ``tool_messages`` message, and the user simulator's own tool calls
+(``requestor: user``) are part of the user's turn, not calls of the agent.
 
 In: each call becomes a transition whose next state is its answer; parallel calls are one
 transition each, also where they come as consecutive assistant messages of one legacy call
@@ -105,6 +112,56 @@ def _args(raw: Any) -> Any:
     return raw if raw is not None else {}
 
 
+#: Content blocks that carry calls and their answers (Anthropic's Messages API), and blocks
+#: that are neither said nor done (a model's reasoning).
+CALL_BLOCKS = ("tool_use", "tool_result")
+UNSAID_BLOCKS = ("thinking", "redacted_thinking")
+_BLOCKS = (*CALL_BLOCKS, *UNSAID_BLOCKS)
+#: Items of OpenAI's Responses API (no ``role``): a call (a function's JSON arguments, a
+#: custom tool's free ``input``), its output (by ``call_id``), and reasoning.
+RESPONSE_CALLS = ("function_call", "custom_tool_call")
+RESPONSE_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
+
+def _as_chat(m: Any) -> list[Any]:
+    """A message as chat messages with ``tool_calls`` and ``tool`` answers: an Anthropic
+    message whose content blocks hold ``tool_use`` calls (its text blocks are what it says)
+    or ``tool_result`` answers (by ``tool_use_id``; ``is_error`` flags an error; text beside
+    them is the user's reply; a ``thinking`` block is not said), and an item of OpenAI's Responses API (``function_call``,
+    ``function_call_output``, ``reasoning``: nothing). Any other message as it is."""
+    if not isinstance(m, dict):
+        return [m]
+    kind = m.get("type")
+    if "role" not in m and kind in RESPONSE_CALLS:
+        fn = {"name": m.get("name"), "arguments": m.get("arguments", m.get("input"))}
+        return [{"role": "assistant", "tool_calls": [{"id": m.get("call_id"), "function": fn}]}]
+    if "role" not in m and kind in RESPONSE_OUTPUTS:
+        return [{"role": "tool", "tool_call_id": m.get("call_id"), "content": m.get("output")}]
+    if "role" not in m and kind == "reasoning":
+        return []
+    blocks = m.get("content")
+    if not (isinstance(blocks, list) and any(isinstance(b, dict) and b.get("type") in _BLOCKS for b in blocks)):
+        return [m]
+    said = [b for b in blocks if not (isinstance(b, dict) and b.get("type") in _BLOCKS)]
+    out: list[Any] = [
+        {"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": b.get("content"), "error": b.get("is_error") is True}
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
+    calls = [
+        {"id": b.get("id"), "function": {"name": b.get("name"), "arguments": b.get("input")}}
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "tool_use"
+    ]
+    if calls or said:
+        out.append(m | {"content": said or None, **({"tool_calls": calls} if calls else {})})
+    return out
+
+
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
 def _number(v: Any) -> float | None:
     if isinstance(v, bool):
         return float(v)
@@ -126,6 +183,7 @@ class _Call:
     name: str
     action: Action
     answers: list[str] = field(default_factory=list)
+    error: str | None = None  # an answer flagged as an error (tau2-bench's ``error: true``)
 
 
 def _answered(open_calls: list[_Call], call_id: Any, name: Any) -> _Call | None:
@@ -156,7 +214,31 @@ def whole_array(first: Any) -> bool:
 
 
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
+    if isinstance(record, dict) and isinstance(record.get("simulations"), list):
+        yield from _simulations(record)
+        return
     messages, meta = _messages(record)
+    yield from _conversation(messages, meta, record)
+
+
+def _simulations(record: dict) -> Iterator[Episode]:
+    """tau2-bench's results: ``simulations``, each a conversation with its ``id``,
+    ``task_id``, ``trial`` and ``reward_info``; the agent's model in ``info.agent_info``. A
+    simulation without ``messages`` (an entry of the results index that tau2's directory
+    format keeps beside one file per simulation, or a voice run kept as ticks) has none here."""
+    info = record.get("info") if isinstance(record.get("info"), dict) else {}
+    agent = info.get("agent_info") if isinstance(info.get("agent_info"), dict) else {}
+    model = {"model": agent["llm"]} if isinstance(agent.get("llm"), str) else {}
+    for i, sim in enumerate(record["simulations"]):
+        need(isinstance(sim, dict), "simulations[{}]: not an object", i)
+        if isinstance(sim.get("messages"), list):
+            try:
+                yield from _conversation(sim["messages"], model | sim, sim)
+            except RecordError as exc:
+                raise RecordError(f"simulations[{i}].{exc}") from None
+
+
+def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
     ours = (meta.get("metadata") or {}).get("trajforge") if isinstance(meta.get("metadata"), dict) else None
     ours = ours if isinstance(ours, dict) else {}
     instruction: str | None = None
@@ -166,10 +248,12 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
 
     def close() -> None:
         nonlocal open_calls
-        steps.extend(Step(c.action, "\n".join(c.answers)) for c in open_calls)
+        steps.extend(Step(c.action, "\n".join(c.answers), c.error) for c in open_calls)
         open_calls = []
 
-    for i, m in enumerate(messages):
+    chat = [(i, one) for i, m in enumerate(messages) for one in _as_chat(m)]
+    messages = [m for _, m in chat]
+    for k, (i, m) in enumerate(chat):
         where = f"messages[{i}]"
         need(isinstance(m, dict), f"{where}: not an object")
         role = m.get("role", m.get("from"))
@@ -180,7 +264,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
             legacy = _args(_untagged(content, "tool_call")) if role in CALL_ROLES else m.get("function_call")
             if isinstance(legacy, str):
                 legacy = _args(legacy)
-            if not (calls or legacy) and role not in CALL_ROLES and _answer_next(messages, i) and "Action Input:" in content:
+            if not (calls or legacy) and role not in CALL_ROLES and _answer_next(messages, k) and "Action Input:" in content:
                 legacy = _react(content)
             if not ((calls or legacy) and open_calls and not any(c.answers for c in open_calls)):
                 close()  # else: one more of parallel calls made a message each, none answered yet
@@ -188,7 +272,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
             if calls:
                 need(isinstance(calls, list), f"{where}.tool_calls: not a list")
                 for j, c in enumerate(calls):
-                    fn = c.get("function") if isinstance(c, dict) else None
+                    fn = c.get("function", c) if isinstance(c, dict) else None  # tau2-bench: name and arguments flat
                     need(
                         isinstance(fn, dict) and isinstance(fn.get("name"), str),
                         f"{where}.tool_calls[{j}].function.name: missing",
@@ -201,9 +285,17 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
             elif content and content != "None" and role not in CALL_ROLES:
                 said = text_action(content)
         elif role in ANSWER_ROLES:
-            call = _answered(open_calls, m.get("tool_call_id"), m.get("name"))
-            if call is not None:
-                call.answers.append(_untagged(content, "tool_response"))
+            for answer in m["tool_messages"] if isinstance(m.get("tool_messages"), list) else [m]:  # tau2's MultiToolMessage
+                if not isinstance(answer, dict) or answer.get("requestor") == "user":
+                    continue  # a tool the user simulator called: part of the environment's turn, not an answer
+                text = content if answer is m else as_text(answer.get("content"))
+                call = _answered(open_calls, answer.get("tool_call_id", answer.get("id")), answer.get("name"))
+                if call is not None:
+                    call.answers.append(_untagged(text, "tool_response"))
+                    if answer.get("error") is True:
+                        call.error = text or "error"
+        elif role in ("user", "human") and not content and m.get("tool_calls"):
+            continue  # tau2's user simulator acting on its own device: its reply comes in a later message
         elif role in ("user", "human"):
             close()
             if instruction is None and not steps:
@@ -234,7 +326,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         agent=ours.get("agent") if isinstance(ours.get("agent"), str) else None,
         model=meta.get("model") if isinstance(meta.get("model"), str) else None,
         executed=ours.get("executed") if ours.get("executed") in ("executed", "not_executed", "unknown") else "unknown",
-        reward=_number(meta.get("reward")),
+        reward=_number(meta["reward"] if "reward" in meta else _field(meta.get("reward_info"), "reward")),
     )
 
 

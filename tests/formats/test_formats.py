@@ -668,3 +668,180 @@ def test_parquet_as_the_hub_serves_it_imports_as_its_json_lines(fmt, agent_data,
         assert (s.files, s.records, s.malformed) == (len(files), total, 0), [str(p) for p in s.problems]
         got[kind] = [r | {"file": r["file"].split(".")[0]} for r in rows(tmp_path / f"store-{kind}")]
     assert got["parquet"] == got["jsonl.gz"] and len(got["parquet"]) > len(files)
+
+
+def _tau2_results() -> dict:
+    """A tau2-bench results file as its data model writes one (``Results``: ``info``,
+    ``tasks``, ``simulations`` of ``SimulationRun``), telecom's dual control included: the
+    user simulator calls tools on its own phone (``requestor: user``)."""
+    talk = [
+        {"role": "assistant", "content": "Hi! How can I help you today?", "turn_idx": 0},
+        {"role": "user", "content": "My phone has no data. I'm John, 555-123-2002.", "turn_idx": 1},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_a",
+                    "name": "get_customer_by_phone",
+                    "arguments": {"phone_number": "555-123-2002"},
+                    "requestor": "assistant",
+                }
+            ],
+        },
+        {"role": "tool", "id": "call_a", "content": '{"customer_id": "C1001"}', "requestor": "assistant", "error": False},
+        {"role": "assistant", "content": "Please turn airplane mode off."},
+        {
+            "role": "user",
+            "content": None,
+            "tool_calls": [{"id": "call_u", "name": "toggle_airplane_mode", "arguments": {}, "requestor": "user"}],
+        },
+        {"role": "tool", "id": "call_u", "content": "Airplane mode is now OFF", "requestor": "user", "error": False},
+        {"role": "user", "content": "Done, it is off now."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_b",
+                    "name": "refuel_data",
+                    "arguments": {"customer_id": "C1001", "gb": "two"},
+                    "requestor": "assistant",
+                },
+                {"id": "call_c", "name": "get_details_by_id", "arguments": {"id": "L1"}, "requestor": "assistant"},
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_messages": [
+                {"role": "tool", "id": "call_c", "content": '{"line": "L1"}', "requestor": "assistant", "error": False},
+                {
+                    "role": "tool",
+                    "id": "call_b",
+                    "content": "Error: gb must be a number",
+                    "requestor": "assistant",
+                    "error": True,
+                },
+            ],
+        },
+        {"role": "user", "content": "###STOP###"},
+    ]
+
+    def sim(sid: str, reward: float, messages: list) -> dict:
+        return {
+            "id": sid,
+            "task_id": "[mobile_data_issue]airplane_mode_on",
+            "trial": 0,
+            "start_time": "2025-06-01T10:00:00",
+            "end_time": "2025-06-01T10:01:00",
+            "duration": 60.0,
+            "termination_reason": "user_stop",
+            "reward_info": {"reward": reward, "db_check": {"db_match": True, "db_reward": reward}, "reward_basis": ["DB"]},
+            "messages": messages,
+        }
+
+    info = {
+        "num_trials": 1,
+        "agent_info": {"implementation": "llm_agent", "llm": "claude-3-7-sonnet"},
+        "user_info": {"llm": "gpt-4.1"},
+    }
+    index_entry = {"id": "sim-3", "task_id": "t3", "trial": 0, "reward": 1.0}  # the directory format's results.json
+    return {"info": info, "tasks": [], "simulations": [sim("sim-1", 1.0, talk), sim("sim-2", 0.0, talk[:5]), index_entry]}
+
+
+def test_tau2_bench_results(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps(_tau2_results()))
+    s = import_files("openai-messages", [tmp_path / "results.json"], tmp_path / "st", source="tau2")
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (1, 2, 5, 0), [str(p) for p in s.problems]
+    got = [r for r in rows(tmp_path / "st") if r["record"] == "sim-1"]
+    assert [(r["kind"], json.loads(r["action"]).get("name"), r["obs"], r["action_error"]) for r in got] == [
+        ("call_tool", "get_customer_by_phone", '{"customer_id": "C1001"}', None),
+        ("message", None, "Done, it is off now.", None),  # the user's own tool calls are the environment's turn
+        ("call_tool", "refuel_data", "Error: gb must be a number", "Error: gb must be a number"),
+        ("call_tool", "get_details_by_id", '{"line": "L1"}', None),  # answered by id, not by order
+    ]
+    assert {(r["task_id"], r["model"], r["instruction"]) for r in got} == {
+        ("[mobile_data_issue]airplane_mode_on", "claude-3-7-sonnet", "My phone has no data. I'm John, 555-123-2002.")
+    }
+    assert [r["reward"] for r in got] == [None, None, None, 1.0]
+    assert [r["reward"] for r in rows(tmp_path / "st") if r["record"] == "sim-2"] == [0.0]
+    broken = _tau2_results()
+    broken["simulations"][0]["messages"][2]["tool_calls"][0] = {"id": "x", "arguments": {}}
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    s = import_files("openai-messages", [tmp_path / "broken.json"], tmp_path / "st2", source="tau2")
+    assert [str(p) for p in s.problems] == [
+        f"{tmp_path / 'broken.json'}: record: simulations[0].messages[2].tool_calls[0].function.name: missing"
+    ]
+
+
+def test_anthropic_content_blocks_and_responses_api_items(tmp_path):
+    """Calls and answers as Anthropic's Messages API writes them (``tool_use`` /
+    ``tool_result`` blocks, ``is_error``, ``thinking`` unsaid) and as OpenAI's Responses
+    API does (``function_call`` / ``function_call_output`` items)."""
+    anthropic = {
+        "id": "anth-1",
+        "messages": [
+            {"role": "user", "content": "List the files, then read the README."},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "ls first", "signature": "c2ln"},
+                    {"type": "text", "text": "Listing."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "ls"}},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_2",
+                        "name": "str_replace_based_edit_tool",
+                        "input": {"command": "view", "path": "/r/README.md"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": "# Demo"}]},
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "README.md\nsrc"},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_3", "name": "bash", "input": {"command": "cat x"}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_3", "content": "cat: x: No such file", "is_error": True},
+                    {"type": "text", "text": "Stop there, thanks."},
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "done"}, {"type": "text", "text": "Done."}]},
+        ],
+    }
+    responses = {
+        "id": "resp-1",
+        "messages": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": '{"temp": 18}'},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is 18 C."}]},
+        ],
+    }
+    (tmp_path / "c.jsonl").write_text(json.dumps(anthropic) + "\n" + json.dumps(responses) + "\n")
+    s = import_files("openai-messages", [tmp_path / "c.jsonl"], tmp_path / "st", source="chats")
+    assert (s.trajectories, s.transitions, s.malformed) == (2, 4, 0), [str(p) for p in s.problems]
+    got = {(r["record"], r["step"]): r for r in rows(tmp_path / "st")}
+    assert [(got["anth-1", k]["kind"], got["anth-1", k]["obs"], got["anth-1", k]["action_error"]) for k in range(3)] == [
+        ("run", "README.md\nsrc", None),
+        ("view", "# Demo", None),  # answered by tool_use_id, not in order
+        ("run", "cat: x: No such file", "cat: x: No such file"),
+    ]
+    assert json.loads(got["anth-1", 2]["action"])["command"] == "cat x"
+    assert got["anth-1", 0]["instruction"] == "List the files, then read the README."
+    r = got["resp-1", 0]
+    assert (r["kind"], json.loads(r["action"])["arguments"], r["obs"], r["instruction"]) == (
+        "call_tool",
+        {"city": "Paris"},
+        '{"temp": 18}',
+        "Weather in Paris?",
+    )
