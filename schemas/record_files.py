@@ -43,6 +43,7 @@ COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 READ_BUFFER = 1 << 20  # records of 100 KiB are common: the default 8 KiB buffer reads each in pieces, 5x slower
 MAX_RECORD = 1 << 29  # 512 MiB: a line or a whole-file record longer than this is refused, unread
 PARQUET_ROWS = 64  # rows converted to Python at a time: trajectories of a megabyte each are common
+MAX_ROW_GROUP = 4 * MAX_RECORD  # 2 GiB uncompressed: a Parquet row group beyond this is refused, unread
 
 
 @dataclass
@@ -237,18 +238,27 @@ def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | Non
 
 def _parquet_rows(path: Path, name: str) -> Iterator[Record | Problem]:
     """A Parquet file's rows as JSON records, a few rows at a time (memory: one row group's
-    pages, as pyarrow reads them, and ``PARQUET_ROWS`` rows)."""
+    pages, as pyarrow reads them, and ``PARQUET_ROWS`` rows). A row group whose footer says
+    it holds more than ``MAX_ROW_GROUP`` bytes uncompressed is a problem, not read (a few
+    kilobytes of zstd can hold gigabytes of one repeated byte)."""
     import pyarrow.parquet as pq
 
     n = 0
     try:
         with pq.ParquetFile(path, buffer_size=READ_BUFFER) as pf:
             row = _jsonable(pa.struct(list(pf.schema_arrow)))
-            for batch in pf.iter_batches(batch_size=PARQUET_ROWS):
-                for value in batch.to_pylist():
-                    yield Record(name, f"row {n}", row(value))
-                    n += 1
-    except (*UNREADABLE, ValueError) as exc:
+            for group in range(pf.num_row_groups):
+                meta = pf.metadata.row_group(group)
+                if meta.total_byte_size > MAX_ROW_GROUP:
+                    said = f"rows {n}-{n + meta.num_rows - 1}"
+                    yield Problem(name, said, f"a row group of {meta.total_byte_size >> 20} MiB uncompressed: not read")
+                    n += meta.num_rows
+                    continue
+                for batch in pf.iter_batches(batch_size=PARQUET_ROWS, row_groups=[group]):
+                    for value in batch.to_pylist():
+                        yield Record(name, f"row {n}", row(value))
+                        n += 1
+    except (*UNREADABLE, ValueError, RecursionError, MemoryError) as exc:
         yield Problem(name, f"row {n}" if n else "file", f"not readable Parquet ({short(exc)})")
 
 

@@ -134,3 +134,13 @@ def test_folders_yield_record_files_by_kind_and_compression(tmp_path):
     ]
     assert not is_record_file(tmp_path / "f.parquet.gz")
     assert [record_stem(tmp_path / n) for n in ("b.jsonl.gz", "x.traj", "y.traj.json")] == ["b", "x", "y.traj"]
+
+
+def test_a_parquet_row_group_beyond_the_limit_is_named_not_read(tmp_path, monkeypatch):
+    rows = [{"id": i, "text": random.Random(i).randbytes(5000 if 4 <= i < 8 else 10).hex()} for i in range(12)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet", row_group_size=4, compression="zstd")
+    monkeypatch.setattr(record_files, "MAX_ROW_GROUP", 10_000)
+    values, problems = read(tmp_path / "t.parquet")
+    assert values == rows[:4] + rows[8:]
+    assert len(problems) == 1 and problems[0].startswith(f"{tmp_path / 't.parquet'}: rows 4-7: a row group of 0 MiB uncompressed")
+    assert [r.where for r in records(tmp_path / "t.parquet") if isinstance(r, Record)][-1] == "row 11"
