@@ -117,15 +117,15 @@ def plain_file(path: Path) -> Path | Problem:
 
 
 @contextmanager
-def _opened(path: Path) -> Iterator[BinaryIO]:
-    """The file's bytes, decompressed where its name says it is compressed."""
+def _opened(path: Path) -> Iterator[io.BufferedReader]:
+    """The file's bytes, decompressed where its name says it is compressed, after the UTF-8
+    byte order mark that some editors write first (JSON's parsers refuse it)."""
     codec = compression_of(path)
-    if codec is None:
-        with open(path, "rb", buffering=READ_BUFFER) as f:
-            yield f
-    else:
-        with io.BufferedReader(pa.input_stream(str(path), compression=codec), READ_BUFFER) as f:
-            yield f
+    raw = open(path, "rb", buffering=0) if codec is None else pa.input_stream(str(path), compression=codec)  # noqa: SIM115
+    with io.BufferedReader(raw, READ_BUFFER) as f:
+        if f.peek(3)[:3] == b"\xef\xbb\xbf":
+            f.read(3)
+        yield f
 
 
 #: What reading a file's bytes raises where they are not what its name says (a broken

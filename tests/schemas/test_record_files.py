@@ -144,3 +144,11 @@ def test_a_parquet_row_group_beyond_the_limit_is_named_not_read(tmp_path, monkey
     assert values == rows[:4] + rows[8:]
     assert len(problems) == 1 and problems[0].startswith(f"{tmp_path / 't.parquet'}: rows 4-7: a row group of 0 MiB uncompressed")
     assert [r.where for r in records(tmp_path / "t.parquet") if isinstance(r, Record)][-1] == "row 11"
+
+
+def test_a_byte_order_mark_before_the_json_is_skipped(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "a.jsonl").write_bytes(bom + "".join(json.dumps(r) + "\n" for r in ROWS).encode())
+    (tmp_path / "b.json").write_bytes(bom + json.dumps(ROWS, indent=1).encode())
+    (tmp_path / "c.json.gz").write_bytes(gzip.compress(bom + json.dumps(ROWS[0]).encode()))
+    assert [read(tmp_path / n) for n in ("a.jsonl", "b.json", "c.json.gz")] == [(ROWS, []), (ROWS, []), ([ROWS[0]], [])]
