@@ -119,22 +119,30 @@ class Task:
 
 
 def _reward_of(text: str) -> float | None:
-    """A verifier's reward: a number (``reward.txt``), or a JSON object (``reward.json``)
-    whose ``reward``, else whose only number, it is; None when there is none."""
+    """A verifier's reward: a number (``reward.txt``), or a JSON object (``reward.json``,
+    ``reward_in``); None when there is none."""
     text = text.strip()
     if text.startswith("{"):
         try:
-            found = json.loads(text)
+            return reward_in(json.loads(text))
         except ValueError:
             return None
-        numbers = {k: v for k, v in found.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        value = numbers.get("reward", next(iter(numbers.values())) if len(numbers) == 1 else None)
-        return float(value) if value is not None and math.isfinite(value) else None
     try:
         value = float(text.split()[0])
     except (ValueError, IndexError):
         return None
     return value if math.isfinite(value) else None
+
+
+def reward_in(found: Any) -> float | None:
+    """The reward of Harbor's rewards object (``reward.json``, a trial result's
+    ``verifier_result.rewards``): its ``reward``, else its only number; None when there is
+    none, or it is not finite."""
+    if not isinstance(found, dict):
+        return None
+    numbers = {k: v for k, v in found.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    value = numbers.get("reward", next(iter(numbers.values())) if len(numbers) == 1 else None)
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def _file_content(content: Any, where: str) -> str | bytes:

@@ -11,6 +11,9 @@ delegation) as its ``observation``. A result that delegates to a sub-agent is sh
 sub-trajectory is its own record). ``step_id`` may be a number or a numeric string (both
 occur in Harbor's own files). Outputs came from executing the calls in the agent's
 environment (Harbor's runs), so rows are ``executed`` unless the importer is told otherwise.
+A Harbor trial folder (``result.json`` beside ``agent/trajectory.json``) is one record:
+``_trial`` gives its trajectories the trial's task and the verifier's reward; Harbor's job
+and trial files beside them in a jobs folder hold no trajectory and are skipped.
 
 Out: ``export`` writes ATIF-v1.5 that passes the spec's rules: ``step_id`` 1, 2, ...; each
 ``source_call_id`` names a tool call of its step; our exact action, reward and error ride
@@ -19,17 +22,69 @@ in the step's ``extra.trajforge`` so a round trip keeps them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, loads, need, ours_of, text_action
+from collectors.env import reward_in
+from formats.episode import Episode, RecordError, Step, as_text, canonical_action, loads, need, ours_of, text_action
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "atif"
 VERSION = "ATIF-v1.5"
 
 
+#: Fields of Harbor's own job and trial files (``config.json``, ``result.json``), which sit
+#: beside the trajectories in a jobs folder: such a record holds no trajectory, and is
+#: skipped as one without actions rather than refused.
+HARBOR_FILES = frozenset({"job_name", "n_total_trials", "trial_name", "trial_uri", "verifier_result"})
+
+
+def claims_folder(folder: Path) -> bool:
+    """A Harbor trial folder: ``result.json`` and the agent's ``agent/trajectory.json``."""
+    return (folder / "result.json").is_file() and (folder / "agent" / "trajectory.json").is_file()
+
+
+def folder_record(folder: Path, read: Callable[[Path], Any]) -> dict[str, Any]:
+    """A Harbor trial folder as one record: its trial result (``result.json``) and its ATIF
+    files (``agent/trajectory*.json``: the run, then its continuations and sub-agents, by
+    name); the agent's other logs are not read."""
+    files = sorted((folder / "agent").glob("trajectory*.json"), key=lambda p: (p.name != "trajectory.json", p.name))
+    return {"harbor_trial": read(folder / "result.json"), "trajectories": {p.name: read(p) for p in files}}
+
+
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
+    if isinstance(record, dict) and "harbor_trial" in record and isinstance(record.get("trajectories"), dict):
+        yield from _trial(record["harbor_trial"], record["trajectories"])
+    elif not (isinstance(record, dict) and "steps" not in record and record.keys() & HARBOR_FILES):
+        yield from _trajectory(record)
+
+
+def _trial(result: Any, files: dict[str, Any]) -> Iterator[Episode]:
+    """A Harbor trial's trajectories, each with the trial's task (``task_name``); the
+    verifier's reward (``verifier_result.rewards``: its ``reward``, else its only number)
+    is the outcome of the run's last segment (``trajectory.json``, then each
+    ``continued_trajectory_ref`` in turn)."""
+    result = result if isinstance(result, dict) else {}
+    verifier = result.get("verifier_result") if isinstance(result.get("verifier_result"), dict) else {}
+    reward = reward_in(verifier.get("rewards"))
+    task = result.get("task_name") if isinstance(result.get("task_name"), str) else None
+    last, seen = "trajectory.json", set()
+    while last not in seen:
+        seen.add(last)
+        ref = files[last].get("continued_trajectory_ref") if isinstance(files.get(last), dict) else None
+        if isinstance(ref, str) and Path(ref).name in files:
+            last = Path(ref).name
+    for file, trajectory in files.items():
+        try:
+            for ep in _trajectory(trajectory):
+                yield replace(ep, task_id=ep.task_id or task, reward=reward if file == last else ep.reward)
+        except RecordError as exc:
+            raise RecordError(f"agent/{file}: {exc}") from None
+
+
+def _trajectory(record: Any) -> Iterator[Episode]:
     need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
     steps = record.get("steps")
     need(isinstance(steps, list), "steps: missing or not a list")

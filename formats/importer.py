@@ -145,7 +145,7 @@ def _import_file(module, path: Path, origin: Origin, sink: _Sink, seen: set[str]
         try:
             trajectories = [
                 to_transitions(ep if executed is None else _with(ep, executed), origin, trajectory_key=(str(k),))
-                for k, ep in enumerate(module.episodes(item.value, record_stem(path)))
+                for k, ep in enumerate(module.episodes(item.value, path.name if path.is_dir() else record_stem(path)))
             ]
         except (RecordError, SchemaError) as exc:  # the record breaks its format's rules
             _fail(summary, Problem(item.file, item.where, short(exc)), strict)

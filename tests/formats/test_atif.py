@@ -266,3 +266,52 @@ def test_a_killed_import_resumes_without_duplicates(agent_data, tmp_path):
     assert resumed.already_imported > 0 and resumed.trajectories > 0  # it was killed midway
     got = run_query("SELECT count(*) AS n, count(DISTINCT trajectory_id) AS t FROM transitions", str(tmp_path / "st")).to_pylist()
     assert got == [{"n": 2 * n, "t": n}]
+
+
+def test_a_harbor_jobs_folder_with_its_trials_rewards(agent_data, tmp_path):
+    """A jobs folder as Harbor writes it: each trial folder is one record (its
+    ``agent/trajectory*.json`` files, the verifier's reward from ``result.json`` on the
+    run's last segment, the trial's task); Harbor's own job and trial files are skipped,
+    the agent's other logs are not read."""
+    golden = json.loads((agent_data / "atif" / "hello-world.trajectory.json").read_text())
+    terminus = json.loads((agent_data / "atif" / "hello-world-invalid-json.trajectory.json").read_text())
+    job = tmp_path / "jobs" / "job-1"
+
+    def write(path, value):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value))
+
+    write(job / "config.json", {"job_name": "job-1", "n_attempts": 1, "agents": [{"name": "terminus-2"}]})
+    write(job / "result.json", {"id": "0b1c", "n_total_trials": 2, "stats": {"n_trials": 2, "n_errors": 0}})
+    for trial, rewards, files in [
+        ("hello-world__A1b2", {"reward": 1.0}, {"trajectory.json": golden}),
+        (
+            "hello-world__C3d4",
+            {"accuracy": 0.0},
+            {
+                "trajectory.json": terminus | {"continued_trajectory_ref": "trajectory.cont-1.json"},
+                "trajectory.cont-1.json": golden | {"session_id": "cont-1"},
+            },
+        ),
+    ]:
+        write(job / trial / "config.json", {"trial_name": trial, "task": {"path": "tasks/hello-world"}})
+        result = {"task_name": "hello-world", "trial_name": trial, "trial_uri": f"file:///jobs/job-1/{trial}"}
+        write(job / trial / "result.json", result | {"verifier_result": {"rewards": rewards}})
+        for name, trajectory in files.items():
+            write(job / trial / "agent" / name, trajectory)
+        write(job / trial / "agent" / "episode-0" / "debug.json", {"litellm": "not a trajectory"})
+        (job / trial / "verifier").mkdir()
+        (job / trial / "verifier" / "reward.txt").write_text("1")
+    s = import_files("atif", [tmp_path / "jobs"], tmp_path / "st", source="tb-run")
+    assert (s.files, s.records, s.empty, s.malformed, s.trajectories) == (4, 4, 2, 0, 3), [str(p) for p in s.problems]
+    got = rows(tmp_path / "st")
+    assert {r["task_id"] for r in got} == {"hello-world"}
+    outcome = {(r["file"], r["record"]): r["reward"] for r in got if r["terminated"]}
+    assert outcome == {
+        ("hello-world__A1b2", "NORMALIZED_SESSION_ID"): 1.0,
+        ("hello-world__C3d4", "NORMALIZED_SESSION_ID"): None,  # continued in the next file
+        ("hello-world__C3d4", "cont-1"): 0.0,  # the verifier's only number
+    }
+    assert {r["reward"] for r in got if not r["terminated"]} == {None}
+    again = import_files("atif", [tmp_path / "jobs"], tmp_path / "st", source="tb-run")
+    assert (again.trajectories, again.already_imported) == (0, 3)
