@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
+from schemas.record_files import parse
 from schemas.transition import Action, Observation, Provenance, Transition, canonical_json, content_hash, transition_id
 from schemas.volatile import detect_spans
 
@@ -266,11 +265,9 @@ def loads(text: str | bytes) -> Any:
     """JSON text embedded in a record (a tool call's arguments), read as the record's own
     lines are: orjson (five times faster), else Python's parser where orjson refuses the
     text (lone surrogate escapes, NaN, a number beyond a double). Like the lines, an integer
-    beyond 64 bits comes back as a float. ``ValueError`` when it is not JSON."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
+    beyond 64 bits comes back as a float, and a lone surrogate escape as U+FFFD (no UTF-8
+    text can hold it). ``ValueError`` when it is not JSON."""
+    return parse(text)
 
 
 def unpacked(value: Any, field: str) -> Any:

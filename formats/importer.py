@@ -142,19 +142,18 @@ def _import_file(module, path: Path, origin: Origin, sink: _Sink, seen: set[str]
             _fail(summary, item, strict)
             continue
         summary.records += 1
+        trajectories: list[list[Transition]] = []  # a record of many runs keeps those it gave before a broken one
         try:
-            trajectories = [
-                to_transitions(ep if executed is None else _with(ep, executed), origin, trajectory_key=(str(k),))
-                for k, ep in enumerate(module.episodes(item.value, path.name if path.is_dir() else record_stem(path)))
-            ]
+            for k, ep in enumerate(module.episodes(item.value, path.name if path.is_dir() else record_stem(path))):
+                ep = ep if executed is None else _with(ep, executed)
+                trajectories.append(to_transitions(ep, origin, trajectory_key=(str(k),)))
         except (RecordError, SchemaError) as exc:  # the record breaks its format's rules
             _fail(summary, Problem(item.file, item.where, short(exc)), strict)
-            continue
         except Exception as exc:  # a shape no rule foresaw: still this record's fault, never the import's
             _fail(summary, Problem(item.file, item.where, f"unreadable record ({type(exc).__name__}: {short(exc)})"), strict)
-            continue
-        if not any(trajectories):
-            summary.empty += 1
+        else:
+            if not any(trajectories):
+                summary.empty += 1
         for transitions in trajectories:
             if not transitions:
                 continue

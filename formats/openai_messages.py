@@ -209,8 +209,12 @@ def _answer_next(messages: list, i: int) -> bool:
 
 
 def whole_array(first: Any) -> bool:
-    """A JSON array of chat messages is one conversation (not a list of them)."""
-    return isinstance(first, dict) and isinstance(first.get("role", first.get("from")), str)
+    """A JSON array of chat messages (or of Responses API items) is one conversation (not a
+    list of them)."""
+    return isinstance(first, dict) and (
+        isinstance(first.get("role", first.get("from")), str)
+        or first.get("type") in (*RESPONSE_CALLS, *RESPONSE_OUTPUTS, "reasoning")
+    )
 
 
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
@@ -229,13 +233,18 @@ def _simulations(record: dict) -> Iterator[Episode]:
     info = record.get("info") if isinstance(record.get("info"), dict) else {}
     agent = info.get("agent_info") if isinstance(info.get("agent_info"), dict) else {}
     model = {"model": agent["llm"]} if isinstance(agent.get("llm"), str) else {}
+    refused = []
     for i, sim in enumerate(record["simulations"]):
-        need(isinstance(sim, dict), "simulations[{}]: not an object", i)
-        if isinstance(sim.get("messages"), list):
+        if not isinstance(sim, dict):
+            refused.append(f"simulations[{i}]: not an object")
+        elif isinstance(sim.get("messages"), list):
             try:
                 yield from _conversation(sim["messages"], model | sim, sim)
             except RecordError as exc:
-                raise RecordError(f"simulations[{i}].{exc}") from None
+                refused.append(f"simulations[{i}].{exc}")
+    if refused:  # after the others: one run that breaks the rules does not take its neighbours with it
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise RecordError(refused[0] + more)
 
 
 def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:

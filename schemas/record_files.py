@@ -41,6 +41,7 @@ SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj", ".parquet")
 #: A compressed file's suffix -> pyarrow's codec.
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 READ_BUFFER = 1 << 20  # records of 100 KiB are common: the default 8 KiB buffer reads each in pieces, 5x slower
+COMPRESSED_READ = 1 << 16  # decompressed bytes a read asks for: what a broken stream can take with it
 MAX_RECORD = 1 << 29  # 512 MiB: a line or a whole-file record longer than this is refused, unread
 PARQUET_ROWS = 64  # rows converted to Python at a time: trajectories of a megabyte each are common
 MAX_ROW_GROUP = 4 * MAX_RECORD  # 2 GiB uncompressed: a Parquet row group beyond this is refused, unread
@@ -122,7 +123,8 @@ def _opened(path: Path) -> Iterator[io.BufferedReader]:
     byte order mark that some editors write first (JSON's parsers refuse it)."""
     codec = compression_of(path)
     raw = open(path, "rb", buffering=0) if codec is None else pa.input_stream(str(path), compression=codec)  # noqa: SIM115
-    with io.BufferedReader(raw, READ_BUFFER) as f:
+    # a compressed stream that breaks loses the read it broke in: a smaller one loses less
+    with io.BufferedReader(raw, READ_BUFFER if codec is None else COMPRESSED_READ) as f:
         if f.peek(3)[:3] == b"\xef\xbb\xbf":
             f.read(3)
         yield f
@@ -136,30 +138,25 @@ UNREADABLE = (OSError, EOFError, pa.ArrowException)
 def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Iterator[Record | Problem]:
     """One file's records, streamed; a part that does not parse is a ``Problem``. A JSON
     array is a list of records, or one record when ``whole_array(first item)`` says so (an
-    OpenHands event list, a bare list of chat messages)."""
+    OpenHands event list, a bare list of chat messages). A ``.json`` file whose first line
+    is a whole JSON value with more after it is JSON Lines."""
     name = str(path)
+    kind = "done"
     try:
         with _opened(path) as f:
-            head = f.peek(4096)[:4096]
-            if head[:4] == b"PAR1" and compression_of(path) is None:
+            if f.peek(4)[:4] == b"PAR1" and compression_of(path) is None:
                 kind = "parquet"
-            else:
-                head = head.lstrip()
-                lines = (path.with_suffix("") if compression_of(path) else path).suffix in (".jsonl", ".ndjson")
-                kind = "lines" if lines or (head[:1] == b"{" and _many_lines(head)) else "array" if head[:1] == b"[" else "one"
-            if kind == "lines":
+            elif (path.with_suffix("") if compression_of(path) else path).suffix.lower() in (".jsonl", ".ndjson"):
                 yield from _lines(f, name)
-            elif kind == "one":
-                data = f.read(MAX_RECORD + 1)
-                if len(data) > MAX_RECORD:
-                    yield Problem(name, "record", f"longer than {MAX_RECORD >> 20} MiB: not read")
-                    return
-                try:
-                    value = parse(data)
-                except (ValueError, RecursionError) as exc:
-                    yield Problem(name, "record", f"not JSON ({short(exc)})")
-                    return
-                yield Record(name, "record", value)
+            else:
+                blank_lines = _skip_blanks(f)
+                first = f.peek(1)[:1]
+                if first == b"[":
+                    kind = "array"
+                elif first == b"{":
+                    yield from _object_or_lines(f, name, blank_lines)
+                elif first:
+                    yield from _whole(f, name, b"")
     except UNREADABLE as exc:
         yield Problem(name, "file", f"unreadable ({short(exc)})")
         return
@@ -169,12 +166,58 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
         yield from _array_items(path, name, whole_array)
 
 
-def _lines(f: BinaryIO, name: str) -> Iterator[Record | Problem]:
-    n = 0
+def _skip_blanks(f: io.BufferedReader) -> int:
+    """Read past the blanks at the head of ``f``; the line ends among them."""
+    newlines = 0
+    while chunk := f.peek(1):
+        blanks = len(chunk) - len(chunk.lstrip())
+        newlines += chunk.count(b"\n", 0, blanks)
+        f.read(blanks)
+        if blanks < len(chunk):
+            break
+    return newlines
+
+
+def _object_or_lines(f: io.BufferedReader, name: str, blank_lines: int) -> Iterator[Record | Problem]:
+    """A file that starts with ``{``: JSON Lines when its first line is a whole value and
+    more follows, else one (pretty-printed) object."""
+    line = f.readline(MAX_RECORD + 1)
+    try:
+        value = parse(line) if line.endswith(b"\n") else _NOTHING
+    except (ValueError, RecursionError):
+        value = _NOTHING
+    if value is _NOTHING:
+        yield from _whole(f, name, line)
+        return
+    more_blank_lines = _skip_blanks(f)
+    if not f.peek(1):
+        yield Record(name, "record", value)
+        return
+    yield Record(name, f"line {blank_lines + 1}", value)
+    yield from _lines(f, name, blank_lines + 1 + more_blank_lines)
+
+
+_NOTHING = object()
+
+
+def _whole(f: io.BufferedReader, name: str, head: bytes) -> Iterator[Record | Problem]:
+    """The rest of ``f`` (after ``head``, already read) as one JSON value."""
+    data = head + f.read(MAX_RECORD + 1 - len(head))
+    if len(data) > MAX_RECORD:
+        yield Problem(name, "record", f"longer than {MAX_RECORD >> 20} MiB: not read")
+        return
+    try:
+        yield Record(name, "record", parse(data))
+    except (ValueError, RecursionError) as exc:
+        yield Problem(name, "record", f"not JSON ({short(exc)})")
+
+
+def _lines(f: BinaryIO, name: str, n: int = 0) -> Iterator[Record | Problem]:
+    """JSON Lines from where ``f`` is, its line ``n + 1``."""
     try:
         while line := f.readline(MAX_RECORD + 1):
             n += 1
-            if len(line) > MAX_RECORD:
+            if len(line) > MAX_RECORD and not line.endswith(b"\n"):
                 while line and not line.endswith(b"\n"):  # the rest of the line, a buffer at a time
                     line = f.readline(READ_BUFFER)
                 yield Problem(name, f"line {n}", f"longer than {MAX_RECORD >> 20} MiB: not read")
@@ -190,16 +233,6 @@ def _lines(f: BinaryIO, name: str) -> Iterator[Record | Problem]:
             yield Record(name, f"line {n}", value)
     except UNREADABLE as exc:  # a compressed stream broken or cut short: the lines before it stand
         yield Problem(name, f"line {n + 1}", f"unreadable ({short(exc)})")
-
-
-def _many_lines(head: bytes) -> bool:
-    """A .json file that is really JSON Lines: its first line is a whole object."""
-    first = head.split(b"\n", 1)[0]
-    try:
-        json.loads(first)
-    except (ValueError, RecursionError):
-        return False
-    return b"\n" in head and head.split(b"\n", 1)[1].strip()[:1] == b"{"
 
 
 def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | None) -> Iterator[Record | Problem]:
@@ -258,8 +291,8 @@ def _parquet_rows(path: Path, name: str) -> Iterator[Record | Problem]:
                     for value in batch.to_pylist():
                         yield Record(name, f"row {n}", row(value))
                         n += 1
-    except (*UNREADABLE, ValueError, RecursionError, MemoryError) as exc:
-        yield Problem(name, f"row {n}" if n else "file", f"not readable Parquet ({short(exc)})")
+    except Exception as exc:  # pyarrow's and its value conversions' (a date beyond Python's, an unknown time zone)
+        yield Problem(name, f"row {n}" if n else "file", f"not readable Parquet ({type(exc).__name__}: {short(exc)})")
 
 
 def _jsonable(t: pa.DataType) -> Callable[[Any], Any] | None:
@@ -302,14 +335,14 @@ def _text(value: bytes) -> str:
         return base64.b64encode(value).decode("ascii")
 
 
-def parse(raw: bytes) -> Any:
+def parse(raw: bytes | str) -> Any:
     """One JSON text: orjson where it can (several times faster on long strings), else
     Python's parser, whose answer is the reference (lone surrogate escapes, NaN, integers
-    beyond 64 bits, which orjson refuses)."""
+    beyond 64 bits, which orjson refuses), with each lone surrogate made U+FFFD."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return _text_safe(json.loads(raw), raw)
+        return _text_safe(json.loads(raw), raw if isinstance(raw, bytes) else None)
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")

@@ -746,7 +746,8 @@ def _tau2_results() -> dict:
         "user_info": {"llm": "gpt-4.1"},
     }
     index_entry = {"id": "sim-3", "task_id": "t3", "trial": 0, "reward": 1.0}  # the directory format's results.json
-    return {"info": info, "tasks": [], "simulations": [sim("sim-1", 1.0, talk), sim("sim-2", 0.0, talk[:5]), index_entry]}
+    results = {"info": info, "tasks": [], "simulations": [sim("sim-1", 1.0, talk), sim("sim-2", 0.0, talk[:5]), index_entry]}
+    return json.loads(json.dumps(results))  # no message shared between two runs
 
 
 def test_tau2_bench_results(tmp_path):
@@ -767,11 +768,13 @@ def test_tau2_bench_results(tmp_path):
     assert [r["reward"] for r in rows(tmp_path / "st") if r["record"] == "sim-2"] == [0.0]
     broken = _tau2_results()
     broken["simulations"][0]["messages"][2]["tool_calls"][0] = {"id": "x", "arguments": {}}
+    broken["simulations"].insert(1, 5)
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     s = import_files("openai-messages", [tmp_path / "broken.json"], tmp_path / "st2", source="tau2")
     assert [str(p) for p in s.problems] == [
-        f"{tmp_path / 'broken.json'}: record: simulations[0].messages[2].tool_calls[0].function.name: missing"
+        f"{tmp_path / 'broken.json'}: record: simulations[0].messages[2].tool_calls[0].function.name: missing (and 1 more)"
     ]
+    assert (s.malformed, s.trajectories) == (1, 1)  # the good simulation beside the broken ones is kept
 
 
 def test_anthropic_content_blocks_and_responses_api_items(tmp_path):
@@ -845,3 +848,17 @@ def test_anthropic_content_blocks_and_responses_api_items(tmp_path):
         '{"temp": 18}',
         "Weather in Paris?",
     )
+
+
+def test_a_bare_array_of_responses_items_is_one_conversation(tmp_path):
+    items = [
+        {"type": "reasoning", "id": "rs_0", "summary": []},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Count the files."}]},
+        {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"command": "ls | wc -l"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "3"},
+    ]
+    (tmp_path / "run.json").write_text(json.dumps(items))
+    s = import_files("openai-messages", [tmp_path / "run.json"], tmp_path / "st", source="resp")
+    assert (s.records, s.trajectories, s.malformed) == (1, 1, 0), [str(p) for p in s.problems]
+    [r] = rows(tmp_path / "st")
+    assert (r["kind"], json.loads(r["action"])["command"], r["obs"]) == ("run", "ls | wc -l", "3")

@@ -78,6 +78,16 @@ def test_lone_surrogates_become_replacement_characters_in_every_reader(agent_dat
 
     got = run_query("SELECT DISTINCT instruction FROM transitions", str(tmp_path / "st-one.json")).to_pylist()
     assert got == [{"instruction": "bad \ufffd half"}]
+    # JSON kept as text inside a record (a call's arguments, Toucan's messages): the same
+    call = {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": json.dumps({"say": "x \udfff y"})}}
+    talk = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [call]}]
+    talk.append({"role": "tool", "tool_call_id": "c1", "content": "done"})
+    rows = [{"uuid": "u1", "messages": talk}, {"uuid": "u2", "messages": json.dumps(talk)}]
+    (tmp_path / "text.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = import_files("openai-messages", [tmp_path / "text.jsonl"], tmp_path / "st-text", source="odd")
+    assert (s.trajectories, s.malformed) == (2, 0), s.problems
+    said = run_query("SELECT action.canonical AS a FROM transitions ORDER BY a", str(tmp_path / "st-text")).to_pylist()
+    assert [json.loads(r["a"])["arguments"]["say"] for r in said] == ["x \ufffd y"] * 2
 
 
 def test_an_import_leaves_the_cycle_collector_as_it_found_it(agent_data, tmp_path, monkeypatch):

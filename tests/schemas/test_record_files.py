@@ -152,3 +152,37 @@ def test_a_byte_order_mark_before_the_json_is_skipped(tmp_path):
     (tmp_path / "b.json").write_bytes(bom + json.dumps(ROWS, indent=1).encode())
     (tmp_path / "c.json.gz").write_bytes(gzip.compress(bom + json.dumps(ROWS[0]).encode()))
     assert [read(tmp_path / n) for n in ("a.jsonl", "b.json", "c.json.gz")] == [(ROWS, []), (ROWS, []), ([ROWS[0]], [])]
+
+
+def test_parquet_values_python_cannot_hold_are_a_problem_not_a_crash(tmp_path):
+    pq.write_table(pa.table({"id": [1, 2], "t": pa.array([0, 2**62], pa.timestamp("ms"))}), tmp_path / "t.parquet")
+    values, problems = read(tmp_path / "t.parquet")
+    assert values == [] and len(problems) == 1  # the batch both rows are in
+    assert problems[0].startswith(f"{tmp_path / 't.parquet'}: file: not readable Parquet (OverflowError: ")
+    zone = pa.table({"t": pa.array([0], pa.timestamp("s", tz="Not/AZone"))})
+    pq.write_table(zone, tmp_path / "z.parquet")
+    values, problems = read(tmp_path / "z.parquet")
+    assert values == [] and "not readable Parquet" in problems[0]
+
+
+def test_a_line_of_exactly_the_limit_is_read(tmp_path, monkeypatch):
+    line = json.dumps({"t": "x" * 100})
+    monkeypatch.setattr(record_files, "MAX_RECORD", len(line))
+    (tmp_path / "a.jsonl").write_text(line + "\n" + line + "x\n")
+    values, problems = read(tmp_path / "a.jsonl")
+    assert values == [{"t": "x" * 100}] and problems == [f"{tmp_path / 'a.jsonl'}: line 2: longer than 0 MiB: not read"]
+
+
+def test_json_lines_in_a_json_file_are_known_by_their_first_line_whatever_its_length(tmp_path):
+    long = [{"id": i, "text": "y" * 10_000} for i in range(3)]
+    (tmp_path / "a.json").write_text("\n\n" + "".join(json.dumps(r) + "\n" for r in long))
+    got = list(records(tmp_path / "a.json"))
+    assert [(r.where, r.value) for r in got] == [(f"line {n}", r) for n, r in zip((3, 4, 5), long, strict=True)]
+    (tmp_path / "b.JSONL").write_text(json.dumps(long[0]) + "\n[1, 2]\n")
+    assert read(tmp_path / "b.JSONL") == ([long[0], [1, 2]], [])
+    (tmp_path / "c.json").write_text(" " * 10_000 + json.dumps(long))  # an array after many blanks: streamed
+    assert [r.where for r in records(tmp_path / "c.json")] == ["item 0", "item 1", "item 2"]
+    (tmp_path / "d.json").write_text(json.dumps(long[0], indent=2) + "\n\n")  # pretty-printed: one record
+    assert [(r.where, r.value) for r in records(tmp_path / "d.json")] == [("record", long[0])]
+    (tmp_path / "e.json").write_text(json.dumps(long[0]) + "\n\n\n")  # one line, nothing after it
+    assert [(r.where, r.value) for r in records(tmp_path / "e.json")] == [("record", long[0])]
