@@ -27,8 +27,10 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -42,6 +44,7 @@ SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj", ".parquet")
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 READ_BUFFER = 1 << 20  # records of 100 KiB are common: the default 8 KiB buffer reads each in pieces, 5x slower
 COMPRESSED_READ = 1 << 16  # decompressed bytes a read asks for: what a broken stream can take with it
+MAX_DEPTH = 2_000  # JSON nesting levels an array's reader follows (Python's own recursion stops near 1,000)
 MAX_RECORD = 1 << 29  # 512 MiB: a line or a whole-file record longer than this is refused, unread
 PARQUET_ROWS = 64  # rows converted to Python at a time: trajectories of a megabyte each are common
 MAX_ROW_GROUP = 4 * MAX_RECORD  # 2 GiB uncompressed: a Parquet row group beyond this is refused, unread
@@ -247,8 +250,14 @@ def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | Non
         whole = None
         try:
             with _opened(path) as f:
-                for n, value in enumerate(backend.items(f, "item", use_float=True)):
-                    value = _text_safe(value)
+                for n, value in enumerate(_items(backend, f)):
+                    try:
+                        value = _text_safe(value)
+                    except RecursionError:  # deeper than any record this reader hands on
+                        if n >= done and whole is None:
+                            done = n + 1
+                            yield Problem(name, f"item {n}", "nested too deep to read")
+                        continue
                     if n == 0 and whole_array is not None and whole_array(value):
                         whole = [value]
                     elif whole is not None:
@@ -261,12 +270,57 @@ def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | Non
         except (ijson.JSONError, ValueError, RecursionError, *UNREADABLE) as exc:  # broken or cut short: items before it stand
             yield Problem(name, "record" if whole is not None else f"item {n + 1}", f"not JSON ({short(exc)})")
             return
+        except TooDeep as exc:
+            yield Problem(name, "record" if whole is not None else f"item {n + 1}", str(exc))
+            return
         break
     else:  # neither parser could decode it
         yield Problem(name, "record" if whole is not None else f"item {done}", "not JSON (undecodable text)")
         return
     if whole is not None:
         yield Record(name, "record", whole)
+
+
+class TooDeep(Exception):
+    """JSON nested deeper than ``MAX_DEPTH``."""
+
+
+#: How a JSON parser's events move the nesting depth.
+_DEPTH = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
+
+
+def _items(backend: Any, f: io.BufferedReader) -> Iterator[Any]:
+    """The items of the JSON array ``f``, from ``backend``'s items parser, while a second,
+    prefix-free parse of the same bytes watches the nesting depth: the items parser keeps
+    the path of every open level, so a few hundred kilobytes of ``[[[[...`` would cost it
+    gigabytes; beyond ``MAX_DEPTH`` (where no record is usable anyway) the read stops with
+    ``TooDeep`` before that parser has seen the bytes."""
+    import ijson
+
+    found, events = ijson.sendable_list(), ijson.sendable_list()
+    items = backend.items_coro(found, "item", use_float=True)
+    watch = backend.basic_parse_coro(events)
+    depth = 0
+    while chunk := f.read(COMPRESSED_READ):
+        try:
+            watch.send(chunk)
+        except Exception:  # broken JSON: the items before the break are still handed out
+            with suppress(Exception):
+                items.send(chunk)
+            yield from found
+            raise
+        if events:
+            levels = list(accumulate(map(_DEPTH.get, map(itemgetter(0), events), repeat(0)), initial=depth))
+            depth = levels[-1]
+            del events[:]
+            if max(levels) > MAX_DEPTH:
+                raise TooDeep(f"nested deeper than {MAX_DEPTH} levels: not read")
+        items.send(chunk)
+        yield from found
+        del found[:]
+    watch.close()
+    items.close()
+    yield from found
 
 
 def _parquet_rows(path: Path, name: str) -> Iterator[Record | Problem]:

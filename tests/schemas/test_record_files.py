@@ -186,3 +186,18 @@ def test_json_lines_in_a_json_file_are_known_by_their_first_line_whatever_its_le
     assert [(r.where, r.value) for r in records(tmp_path / "d.json")] == [("record", long[0])]
     (tmp_path / "e.json").write_text(json.dumps(long[0]) + "\n\n\n")  # one line, nothing after it
     assert [(r.where, r.value) for r in records(tmp_path / "e.json")] == [("record", long[0])]
+
+
+def test_an_array_nested_beyond_the_limit_stops_the_read_before_its_parser_pays_for_it(tmp_path):
+    """ijson's items parser keeps the path of every open level: 20,000 levels would cost it
+    a gigabyte. A prefix-free parse of the same bytes stops the read first."""
+    n, before = 20_000, [{"id": i, "text": "z" * 1000} for i in range(200)]  # 200 KB: the items read before it stand
+    (tmp_path / "deep.json").write_bytes(json.dumps(before).encode()[:-1] + b"," + b"[" * n + b"]" * n + b',{"id": 2}]')
+    values, problems = read(tmp_path / "deep.json")
+    assert 100 < len(values) <= 200 and values == before[: len(values)]  # all but the last read's (64 KiB)
+    said = f"{tmp_path / 'deep.json'}: item {len(values)}: nested deeper than {record_files.MAX_DEPTH} levels: not read"
+    assert problems == [said]
+    deep_item = b"[" * 900 + b"]" * 900  # within the limit, but deeper than any record can be used: that item only
+    (tmp_path / "items.json").write_bytes(b'[{"id": 1},' + deep_item + b',{"id": 3}, [[[[]]]]]')
+    said = f"{tmp_path / 'items.json'}: item 1: nested too deep to read"
+    assert read(tmp_path / "items.json") == ([{"id": 1}, {"id": 3}, [[[[]]]]], [said])
