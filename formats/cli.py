@@ -14,7 +14,10 @@ app = typer.Typer(no_args_is_help=True)
 @app.command("import")
 def import_(
     fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=f"One of: {', '.join(IMPORTERS)}.")],
-    paths: Annotated[list[str], typer.Argument(metavar="PATH...", help="Files (JSON, JSONL) or folders of them.")],
+    paths: Annotated[
+        list[str],
+        typer.Argument(metavar="PATH...", help="Files (JSON, JSONL, Parquet; JSON also .gz, .bz2, .zst) or folders of them."),
+    ],
     store: Annotated[str, typer.Option(help="Store to write into (created if missing).")],
     source: Annotated[str, typer.Option(help="Name of the dataset the files come from (the run is import-<source>).")],
     license: Annotated[str | None, typer.Option("--license", help="The data's licence, an SPDX id where known.")] = None,
@@ -31,7 +34,12 @@ def import_(
 
     if domain is not None and domain not in NAMES:
         raise ConfigError(f"--domain: unknown domain {domain!r} (known: {', '.join(NAMES)})")
-    summary = import_files(fmt, paths, store, source=source, license=license, domain=domain, executed=executed, strict=strict)
+    from pipelines.progress import progress
+
+    with progress(f"import {source}", None, unit="records") as update:
+        summary = import_files(
+            fmt, paths, store, source=source, license=license, domain=domain, executed=executed, strict=strict, progress=update
+        )
     for line in summary_lines(summary):
         typer.echo(line)
 

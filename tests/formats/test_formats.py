@@ -862,3 +862,13 @@ def test_a_bare_array_of_responses_items_is_one_conversation(tmp_path):
     assert (s.records, s.trajectories, s.malformed) == (1, 1, 0), [str(p) for p in s.problems]
     [r] = rows(tmp_path / "st")
     assert (r["kind"], json.loads(r["action"])["command"], r["obs"]) == ("run", "ls | wc -l", "3")
+
+
+def test_an_import_reports_its_progress(agent_data, tmp_path, monkeypatch):
+    import formats.importer
+
+    monkeypatch.setattr(formats.importer, "PROGRESS_EVERY", 2)
+    told = []
+    s = import_files("adp", [agent_data / "adp"], tmp_path, source="adp", progress=lambda n, info="": told.append((n, info)))
+    assert [n for n, _ in told] == [*range(2, s.records + 1, 2), s.records] and s.records == 10
+    assert told[-1][1] == f"{s.transitions} transitions"
