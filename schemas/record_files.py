@@ -250,7 +250,7 @@ def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | Non
         whole = None
         try:
             with _opened(path) as f:
-                for n, value in enumerate(_items(backend, f)):
+                for n, value in enumerate(_items(backend, f, lambda: whole is not None)):  # noqa: B023 (its value now)
                     try:
                         value = _text_safe(value)
                     except RecursionError:  # deeper than any record this reader hands on
@@ -270,7 +270,7 @@ def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | Non
         except (ijson.JSONError, ValueError, RecursionError, *UNREADABLE) as exc:  # broken or cut short: items before it stand
             yield Problem(name, "record" if whole is not None else f"item {n + 1}", f"not JSON ({short(exc)})")
             return
-        except TooDeep as exc:
+        except NotRead as exc:
             yield Problem(name, "record" if whole is not None else f"item {n + 1}", str(exc))
             return
         break
@@ -281,27 +281,33 @@ def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | Non
         yield Record(name, "record", whole)
 
 
-class TooDeep(Exception):
-    """JSON nested deeper than ``MAX_DEPTH``."""
+class NotRead(Exception):
+    """JSON this reader does not read on: nested deeper than ``MAX_DEPTH``, or one record
+    longer than ``MAX_RECORD``."""
 
 
 #: How a JSON parser's events move the nesting depth.
 _DEPTH = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
 
 
-def _items(backend: Any, f: io.BufferedReader) -> Iterator[Any]:
+def _items(backend: Any, f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
     """The items of the JSON array ``f``, from ``backend``'s items parser, while a second,
     prefix-free parse of the same bytes watches the nesting depth: the items parser keeps
     the path of every open level, so a few hundred kilobytes of ``[[[[...`` would cost it
     gigabytes; beyond ``MAX_DEPTH`` (where no record is usable anyway) the read stops with
-    ``TooDeep`` before that parser has seen the bytes."""
+    ``NotRead`` before that parser has seen the bytes. So it does where one item runs on
+    past ``MAX_RECORD`` bytes, or the array does while ``whole()`` (the array is one
+    record)."""
     import ijson
 
     found, events = ijson.sendable_list(), ijson.sendable_list()
     items = backend.items_coro(found, "item", use_float=True)
     watch = backend.basic_parse_coro(events)
-    depth = 0
+    depth = unfinished = total = 0  # bytes since an item was last finished, bytes in all
     while chunk := f.read(COMPRESSED_READ):
+        unfinished, total = unfinished + len(chunk), total + len(chunk)
+        if unfinished > MAX_RECORD or (total > MAX_RECORD and whole()):
+            raise NotRead(f"longer than {MAX_RECORD >> 20} MiB: not read")
         try:
             watch.send(chunk)
         except Exception:  # broken JSON: the items before the break are still handed out
@@ -314,8 +320,10 @@ def _items(backend: Any, f: io.BufferedReader) -> Iterator[Any]:
             depth = levels[-1]
             del events[:]
             if max(levels) > MAX_DEPTH:
-                raise TooDeep(f"nested deeper than {MAX_DEPTH} levels: not read")
+                raise NotRead(f"nested deeper than {MAX_DEPTH} levels: not read")
         items.send(chunk)
+        if found:
+            unfinished = 0
         yield from found
         del found[:]
     watch.close()

@@ -201,3 +201,18 @@ def test_an_array_nested_beyond_the_limit_stops_the_read_before_its_parser_pays_
     (tmp_path / "items.json").write_bytes(b'[{"id": 1},' + deep_item + b',{"id": 3}, [[[[]]]]]')
     said = f"{tmp_path / 'items.json'}: item 1: nested too deep to read"
     assert read(tmp_path / "items.json") == ([{"id": 1}, {"id": 3}, [[[[]]]]], [said])
+
+
+def test_an_array_item_or_a_whole_array_beyond_the_limit_is_named_not_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(record_files, "MAX_RECORD", 100_000)
+    monkeypatch.setattr(record_files, "COMPRESSED_READ", 10_000)
+    small = [{"id": i} for i in range(3)]
+    (tmp_path / "a.json.gz").write_bytes(gzip.compress(json.dumps([*small, {"text": "w" * 300_000}, {"id": 9}]).encode()))
+    values, problems = read(tmp_path / "a.json.gz")
+    assert values == small and problems == [f"{tmp_path / 'a.json.gz'}: item 3: longer than 0 MiB: not read"]
+    events = [{"id": i, "action": "run", "args": {"command": "x" * 1000}} for i in range(200)]  # one record, 200 KB
+    (tmp_path / "b.json").write_text(json.dumps(events))
+    values, problems = read(tmp_path / "b.json", whole_array=lambda first: True)
+    assert values == [] and problems == [f"{tmp_path / 'b.json'}: record: longer than 0 MiB: not read"]
+    monkeypatch.setattr(record_files, "MAX_RECORD", 1_000_000)
+    assert read(tmp_path / "b.json", whole_array=lambda first: True) == ([events], [])
