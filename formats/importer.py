@@ -153,7 +153,9 @@ def _import_file(
     """One file's records into ``sink``; trajectories in ``seen`` are skipped (and the new
     ones added to it)."""
     summary = sink.summary
-    items = [folder_record(module, path)] if path.is_dir() else records(path, getattr(module, "whole_array", None))
+    folder = path.is_dir()
+    items = [folder_record(module, path)] if folder else records(path, getattr(module, "whole_array", None))
+    name = path.name if folder else record_stem(path)  # a record's id where it has none of its own
     for item in items:
         if isinstance(item, Problem):
             _fail(summary, item, strict)
@@ -163,7 +165,7 @@ def _import_file(
             progress(summary.records, f"{summary.transitions} transitions")
         trajectories: list[list[Transition]] = []  # a record of many runs keeps those it gave before a broken one
         try:
-            for k, ep in enumerate(module.episodes(item.value, path.name if path.is_dir() else record_stem(path))):
+            for k, ep in enumerate(module.episodes(item.value, name)):
                 ep = ep if executed is None else _with(ep, executed)
                 trajectories.append(to_transitions(ep, origin, trajectory_key=(str(k),)))
         except (RecordError, SchemaError) as exc:  # the record breaks its format's rules
