@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from collectors.env import reward_in
-from formats.episode import Episode, RecordError, Step, as_text, canonical_action, loads, need, ours_of, text_action
+from formats.episode import Episode, Step, as_text, canonical_action, loads, need, ours_of, several_runs, text_action
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "atif"
@@ -76,12 +77,15 @@ def _trial(result: Any, files: dict[str, Any]) -> Iterator[Episode]:
         ref = files[last].get("continued_trajectory_ref") if isinstance(files.get(last), dict) else None
         if isinstance(ref, str) and Path(ref).name in files:
             last = Path(ref).name
-    for file, trajectory in files.items():
-        try:
-            for ep in _trajectory(trajectory):
-                yield replace(ep, task_id=ep.task_id or task, reward=reward if file == last else ep.reward)
-        except RecordError as exc:
-            raise RecordError(f"agent/{file}: {exc}") from None
+    yield from several_runs(
+        (f"agent/{file}: ", partial(_segment, trajectory, task, reward if file == last else None))
+        for file, trajectory in files.items()
+    )
+
+
+def _segment(trajectory: Any, task: str | None, outcome: float | None) -> Iterator[Episode]:
+    for ep in _trajectory(trajectory):
+        yield replace(ep, task_id=ep.task_id or task, reward=ep.reward if outcome is None else outcome)
 
 
 def _trajectory(record: Any) -> Iterator[Episode]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +43,22 @@ def need(cond: bool, message: str, *parts: Any) -> None:
     step of every record: formatting each check's message costs more than the check)."""
     if not cond:
         raise RecordError(message.format(*parts) if parts else message)
+
+
+def several_runs(runs: Iterable[tuple[str, Callable[[], Iterable[Episode]]]]) -> Iterator[Episode]:
+    """The episodes of a record that holds several runs (tau2-bench's ``simulations``, a
+    Harbor trial's trajectories): ``runs`` gives each run's place in the record, the prefix
+    of its problems (``simulations[2].``), and its episodes. A run that breaks its format's
+    rules is skipped; after the others, the first such is raised with how many more, so one
+    bad run does not take its neighbours with it."""
+    refused: list[str] = []
+    for where, episodes in runs:
+        try:
+            yield from episodes()
+        except RecordError as exc:
+            refused.append(f"{where}{exc}")
+    if refused:
+        raise RecordError(refused[0] + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""))
 
 
 def ours_of(trajectory: Sequence[Transition]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from pipelines.store.reader import Store
 from pipelines.store.shards import read_column
 from pipelines.store.writer import ShardWriter, WriterOptions, row_bytes
 from schemas.errors import ConfigError, SchemaError
-from schemas.record_files import Problem, Record, parse, plain_file, record_stem, records, short, source_files
+from schemas.record_files import UNREADABLE, Problem, Record, plain_file, read_json, record_stem, records, short, source_files
 from schemas.transition import EXECUTED, Transition
 
 BATCH_ROWS = 2048  # whole trajectories buffered per domain before a record batch is written ...
@@ -69,9 +69,9 @@ def folder_record(module, folder: Path) -> Record | Problem:
         if not path.is_file() or isinstance(plain_file(path), Problem):
             raise RecordError(f"{path.relative_to(folder)}: not a regular file")
         try:
-            return parse(path.read_bytes())
-        except (ValueError, RecursionError) as exc:
-            raise RecordError(f"{path.relative_to(folder)}: not JSON ({short(exc)})") from None
+            return read_json(path)
+        except (ValueError, *UNREADABLE) as exc:
+            raise RecordError(f"{path.relative_to(folder)}: {short(exc)}") from None
 
     try:
         return Record(str(folder), "folder", module.folder_record(folder, read))

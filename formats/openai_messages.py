@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from formats.episode import (
@@ -47,6 +48,7 @@ from formats.episode import (
     need,
     ours_of,
     record_id_of,
+    several_runs,
     text_action,
     unpacked,
 )
@@ -127,8 +129,9 @@ def _as_chat(m: Any) -> list[Any]:
     """A message as chat messages with ``tool_calls`` and ``tool`` answers: an Anthropic
     message whose content blocks hold ``tool_use`` calls (its text blocks are what it says)
     or ``tool_result`` answers (by ``tool_use_id``; ``is_error`` flags an error; text beside
-    them is the user's reply; a ``thinking`` block is not said), and an item of OpenAI's Responses API (``function_call``,
-    ``function_call_output``, ``reasoning``: nothing). Any other message as it is."""
+    them is the user's reply; a ``thinking`` block is not said), and an item of OpenAI's
+    Responses API (``function_call``, ``function_call_output``, ``reasoning``: nothing).
+    Any other message as it is."""
     if not isinstance(m, dict):
         return [m]
     kind = m.get("type")
@@ -233,18 +236,16 @@ def _simulations(record: dict) -> Iterator[Episode]:
     info = record.get("info") if isinstance(record.get("info"), dict) else {}
     agent = info.get("agent_info") if isinstance(info.get("agent_info"), dict) else {}
     model = {"model": agent["llm"]} if isinstance(agent.get("llm"), str) else {}
-    refused = []
-    for i, sim in enumerate(record["simulations"]):
-        if not isinstance(sim, dict):
-            refused.append(f"simulations[{i}]: not an object")
-        elif isinstance(sim.get("messages"), list):
-            try:
-                yield from _conversation(sim["messages"], model | sim, sim)
-            except RecordError as exc:
-                refused.append(f"simulations[{i}].{exc}")
-    if refused:  # after the others: one run that breaks the rules does not take its neighbours with it
-        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
-        raise RecordError(refused[0] + more)
+    yield from several_runs(
+        (f"simulations[{i}]" + ("." if isinstance(sim, dict) else ": "), partial(_simulation, sim, model))
+        for i, sim in enumerate(record["simulations"])
+    )
+
+
+def _simulation(sim: Any, model: dict) -> Iterator[Episode]:
+    need(isinstance(sim, dict), "not an object")
+    if isinstance(sim.get("messages"), list):
+        yield from _conversation(sim["messages"], model | sim, sim)
 
 
 def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:

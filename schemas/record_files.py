@@ -203,6 +203,17 @@ def _object_or_lines(f: io.BufferedReader, name: str, blank_lines: int) -> Itera
 _NOTHING = object()
 
 
+def read_json(path: Path) -> Any:
+    """One JSON file read whole, as ``records`` reads a file of one object (a byte order
+    mark skipped, at most ``MAX_RECORD`` bytes): for a format that keeps a run as a folder
+    of files. ``ValueError`` says why not; ``UNREADABLE`` where the bytes do not read."""
+    with _opened(path) as f:
+        [item] = _whole(f, str(path), b"")
+    if isinstance(item, Problem):
+        raise ValueError(item.reason)
+    return item.value
+
+
 def _whole(f: io.BufferedReader, name: str, head: bytes) -> Iterator[Record | Problem]:
     """The rest of ``f`` (after ``head``, already read) as one JSON value."""
     data = head + f.read(MAX_RECORD + 1 - len(head))
