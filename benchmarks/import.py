@@ -3,6 +3,7 @@
     python benchmarks/import.py [--sizes 50000 200000] [--formats atif swe-agent openhands]
     python benchmarks/import.py --sizes 200000 --repeat 3 --baseline /tmp/base   # same-run A/B
     python benchmarks/import.py --input jsonl parquet  # the same records as Parquet too (as the Hub serves them)
+    python benchmarks/import.py --floor  # where a transition's time goes, in one process
 
 
 For each format, the fixtures in ``../shared/fixtures/agent-data`` are replicated with
@@ -17,6 +18,13 @@ transitions a second per core, and peak memory flat from 50k to 200k transitions
 as ``datasets`` writes them (an object no record gives a field is made null: Parquet cannot
 hold a struct without fields). A Parquet file's footer, which a reader holds whole, grows
 with its row groups: at 100 records a group, the 200,000 OpenHands file's is 34 MiB.
+
+``--floor`` measures, in this process on 20,000 transitions of each format, the time a
+transition takes in each phase of an import (parse, conversion, transitions, Arrow, the
+shard's zstd), and the part of it spent inside the libraries alone on the same bytes
+(orjson's parse, blake2b over the content hashes' bytes, RE2's scan of each observation,
+Arrow's zstd IPC write): what no Python above them can save. The goal is 50 us a
+transition.
 
 ``--repeat N`` runs each import N times (medians reported); ``--baseline DIR`` also runs
 every import with another checkout's ``trajforge.py`` (``git worktree add DIR REV``), in
@@ -111,6 +119,85 @@ def _import_runs(
     return runs
 
 
+def floor(fmt: str, path: Path) -> tuple[int, dict[str, float], dict[str, float]]:
+    """Per transition (us of CPU time), on the records of ``path``: each phase of an import
+    done as the importer does it, and the libraries' share (see the module's doc)."""
+    import hashlib
+
+    import orjson
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from formats import fewer_collections, format_module
+    from formats.episode import Origin, to_transitions
+    from schemas.arrow import to_shard_batch
+    from schemas.record_files import parse
+    from schemas.transition import _hashed_form
+    from schemas.volatile import _NATIVE
+
+    module, origin = format_module(fmt), Origin("bench", fmt, path.name, None, "import-bench")
+    lines = path.read_bytes().splitlines()
+    clock, phases, libs = time.process_time, dict.fromkeys(["parse", "convert", "transitions", "arrow", "zstd"], 0.0), {}
+    sink = pa.BufferOutputStream()
+    writer, transitions, batch = None, [], []
+    with fewer_collections():
+        for line in lines:
+            t0 = clock()
+            value = parse(line)
+            t1 = clock()
+            episodes = list(module.episodes(value, path.name))
+            t2 = clock()
+            for k, ep in enumerate(episodes):
+                batch.extend(to_transitions(ep, origin, trajectory_key=(str(k),)))
+            t3 = clock()
+            phases["parse"] += t1 - t0
+            phases["convert"] += t2 - t1
+            phases["transitions"] += t3 - t2
+            if len(batch) >= 2048 or line is lines[-1]:
+                t4 = clock()
+                record_batch = to_shard_batch(batch)
+                t5 = clock()
+                writer = writer or ipc.new_stream(sink, record_batch.schema, options=ipc.IpcWriteOptions(compression="zstd"))
+                writer.write_batch(record_batch)
+                phases["arrow"] += t5 - t4
+                phases["zstd"] += clock() - t5
+                transitions += batch
+                batch = []
+        forms = [(_hashed_form(t.state), t.action.canonical.encode(), _hashed_form(t.next_state)) for t in transitions]
+        texts = [o.text.encode() for t in transitions for o in (t.state, t.next_state)]
+        t0 = clock()
+        for line in lines:
+            orjson.loads(line)
+        t1 = clock()
+        for parts in forms:
+            h = hashlib.blake2b(digest_size=16)
+            for part in parts:
+                h.update(part)
+            h.hexdigest()
+        t2 = clock()
+        for text in texts[::2] + texts[-1:]:  # each observation once: a state is the step before's next state
+            _NATIVE[0].Match(text)
+        t3 = clock()
+        libs = {"orjson parse": t1 - t0, "blake2b": t2 - t1, "RE2 scan": t3 - t2, "zstd": phases["zstd"]}
+    n = len(transitions)
+    return n, {k: v / n * 1e6 for k, v in phases.items()}, {k: v / n * 1e6 for k, v in libs.items()}
+
+
+def _floor_table(formats: list[str], tmp: Path) -> None:
+    print(f"### Where an import's time goes ({time.strftime('%Y-%m-%d')}, us of CPU a transition, one process)")
+    print()
+    print("| format | transitions | parse | convert | transitions | Arrow | zstd | all | libraries alone | Python above them |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for fmt in formats:
+        src = tmp / f"{fmt}-floor.jsonl"
+        make_file(fmt, 20_000, src)
+        n, phases, libs = floor(fmt, src)
+        total, lib = sum(phases.values()), sum(libs.values())
+        cells = " | ".join(f"{v:.1f}" for v in phases.values())
+        detail = ", ".join(f"{k} {v:.1f}" for k, v in libs.items())
+        print(f"| {fmt} | {n:,} | {cells} | {total:.1f} | {lib:.1f} ({detail}) | {total - lib:.1f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[50_000, 200_000])
@@ -120,7 +207,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--repeat", type=int, default=1, help="runs of each import (medians reported)")
     ap.add_argument("--baseline", type=Path, help="another checkout, run in turn with this one")
+    ap.add_argument("--floor", action="store_true", help="only where a transition's time goes (see above)")
     args = ap.parse_args(argv)
+    if args.floor:
+        tmp = Path(tempfile.mkdtemp(prefix="trajforge-import-floor-"))
+        try:
+            _floor_table(args.formats, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     if args.baseline is not None and not (args.baseline / "trajforge.py").is_file():
         raise SystemExit(f"--baseline: {args.baseline} has no trajforge.py")
     tmp = Path(tempfile.mkdtemp(prefix="trajforge-import-bench-"))
