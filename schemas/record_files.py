@@ -6,12 +6,14 @@
         else:                           # item.where: "line 7", "item 3", "row 12" or "record"
             use(item.value)
 
-The kinds: JSON Lines; JSON, one object or an array of records (streamed item by item with
-ijson); and Parquet, as the Hugging Face Hub serves datasets (streamed a few rows at a
-time). JSON and JSON Lines may also be compressed (``.gz``, ``.bz2``, ``.zst``), and are
-decompressed as they are read by pyarrow's codecs. A Parquet row gives every column and
-struct field, null where its source had none, so its nulls are dropped: the record reads as
-its source wrote it, and a converter's "is this field there" means what it means in JSON.
+The kinds: JSON Lines; JSON, one object or an array of records (streamed item by item);
+and Parquet, as the Hugging Face Hub serves datasets (streamed a few rows at a time). JSON
+and JSON Lines may also be compressed (``.gz``, ``.bz2``, ``.zst``), and are decompressed
+as they are read by pyarrow's codecs. A Parquet row gives every column and struct field,
+null where its source had none, so its nulls are dropped: the record reads as its source
+wrote it, and a converter's "is this field there" means what it means in JSON. Every JSON
+value, a line, an array's item or a whole file, is read by ``parse``: one record reads the
+same in any of these files.
 
 Every file is hostile: a part that does not parse is a ``Problem`` and what came before it
 stands; no record is read into memory beyond ``MAX_RECORD`` bytes (a compressed file of a
@@ -21,16 +23,15 @@ few megabytes can hold a line of gigabytes).
 from __future__ import annotations
 
 import base64
+import codecs
 import io
 import json
 import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import accumulate, repeat
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -44,7 +45,6 @@ SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj", ".parquet")
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 READ_BUFFER = 1 << 20  # records of 100 KiB are common: the default 8 KiB buffer reads each in pieces, 5x slower
 COMPRESSED_READ = 1 << 16  # decompressed bytes a read asks for: what a broken stream can take with it
-MAX_DEPTH = 2_000  # JSON nesting levels an array's reader follows (Python's own recursion stops near 1,000)
 MAX_RECORD = 1 << 29  # 512 MiB: a line or a whole-file record longer than this is refused, unread
 PARQUET_ROWS = 64  # rows converted to Python at a time: trajectories of a megabyte each are common
 MAX_ROW_GROUP = 4 * MAX_RECORD  # 2 GiB uncompressed: a Parquet row group beyond this is refused, unread
@@ -250,96 +250,142 @@ def _lines(f: BinaryIO, name: str, n: int = 0) -> Iterator[Record | Problem]:
 
 
 def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | None) -> Iterator[Record | Problem]:
-    """A JSON array's items, streamed by ijson's C parser; where that parser cannot decode
-    a string (a lone surrogate escape such as ``\\udfff``), the rest of the file is read
-    again by ijson's Python parser, which decodes it as Python does."""
-    import ijson
-
-    done, whole = 0, None  # items already handed out (a list of records), or gathered (one record)
-    for backend in (ijson, ijson.get_backend("python")):
-        n = -1
-        whole = None
-        try:
-            with _opened(path) as f:
-                for n, value in enumerate(_items(backend, f, lambda: whole is not None)):  # noqa: B023 (its value now)
-                    try:
-                        value = _text_safe(value)
-                    except RecursionError:  # deeper than any record this reader hands on
-                        if n >= done and whole is None:
-                            done = n + 1
-                            yield Problem(name, f"item {n}", "nested too deep to read")
-                        continue
-                    if n == 0 and whole_array is not None and whole_array(value):
-                        whole = [value]
-                    elif whole is not None:
-                        whole.append(value)
-                    elif n >= done:
-                        done = n + 1
-                        yield Record(name, f"item {n}", value)
-        except UnicodeDecodeError:
-            continue  # the C parser's strings: read on with the Python parser
-        except (ijson.JSONError, ValueError, RecursionError, *UNREADABLE) as exc:  # broken or cut short: items before it stand
-            yield Problem(name, "record" if whole is not None else f"item {n + 1}", f"not JSON ({short(exc)})")
-            return
-        except NotRead as exc:
-            yield Problem(name, "record" if whole is not None else f"item {n + 1}", str(exc))
-            return
-        break
-    else:  # neither parser could decode it
-        yield Problem(name, "record" if whole is not None else f"item {done}", "not JSON (undecodable text)")
+    """A JSON array's items, streamed (``_items``); a broken item ends the read, the items
+    before it stand."""
+    n, whole = -1, None  # gathered items, where the array is one record
+    try:
+        with _opened(path) as f:
+            for n, value in enumerate(_items(f, lambda: whole is not None)):  # noqa: B023 (its value now)
+                if value is _TOO_DEEP:
+                    if whole is None:
+                        yield Problem(name, f"item {n}", "nested too deep to read")
+                    continue
+                if n == 0 and whole_array is not None and whole_array(value):
+                    whole = [value]
+                elif whole is not None:
+                    whole.append(value)
+                else:
+                    yield Record(name, f"item {n}", value)
+    except NotRead as exc:
+        yield Problem(name, "record" if whole is not None else f"item {n + 1}", str(exc))
+        return
+    except UNREADABLE as exc:  # a compressed stream broken or cut short
+        yield Problem(name, "record" if whole is not None else f"item {n + 1}", f"unreadable ({short(exc)})")
+        return
+    except ValueError as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else short(exc)  # its line and column are a buffer's
+        yield Problem(name, "record" if whole is not None else f"item {n + 1}", f"not JSON ({reason})")
         return
     if whole is not None:
         yield Record(name, "record", whole)
 
 
 class NotRead(Exception):
-    """JSON this reader does not read on: nested deeper than ``MAX_DEPTH``, or one record
-    longer than ``MAX_RECORD``."""
+    """An item, or an array that is one record, longer than ``MAX_RECORD``."""
 
 
-#: How a JSON parser's events move the nesting depth.
-_DEPTH = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
+#: An item nested deeper than Python's parser recurses (no converter could read it either).
+_TOO_DEEP = object()
+_NOT_BLANK = re.compile(r"[^ \t\n\r]")
+#: What nests in JSON text: a whole string (its brackets are not), a string still open, a bracket.
+_NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|"|[][{}]', re.DOTALL)
 
 
-def _items(backend: Any, f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
-    """The items of the JSON array ``f``, from ``backend``'s items parser, while a second,
-    prefix-free parse of the same bytes watches the nesting depth: the items parser keeps
-    the path of every open level, so a few hundred kilobytes of ``[[[[...`` would cost it
-    gigabytes; beyond ``MAX_DEPTH`` (where no record is usable anyway) the read stops with
-    ``NotRead`` before that parser has seen the bytes. So it does where one item runs on
-    past ``MAX_RECORD`` bytes, or the array does while ``whole()`` (the array is one
-    record)."""
-    import ijson
+def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
+    """The items of the JSON array ``f``, each read by ``parse`` as a line is (orjson,
+    Python's parser where orjson refuses: NaN and the infinities, lone surrogate escapes)
+    once Python's parser (``raw_decode``) has found its end: what the reader holds is one
+    item and a read. A search that runs into the end of the text read so far is tried again
+    on twice as much, so a long item is searched a few times, not once a read.
 
-    found, events = ijson.sendable_list(), ijson.sendable_list()
-    items = backend.items_coro(found, "item", use_float=True)
-    watch = backend.basic_parse_coro(events)
-    depth = unfinished = total = 0  # bytes since an item was last finished, bytes in all
-    while chunk := f.read(COMPRESSED_READ):
-        unfinished, total = unfinished + len(chunk), total + len(chunk)
-        if unfinished > MAX_RECORD or (total > MAX_RECORD and whole()):
-            raise NotRead(f"longer than {MAX_RECORD >> 20} MiB: not read")
-        try:
-            watch.send(chunk)
-        except Exception:  # broken JSON: the items before the break are still handed out
-            with suppress(Exception):
-                items.send(chunk)
-            yield from found
-            raise
-        if events:
-            levels = list(accumulate(map(_DEPTH.get, map(itemgetter(0), events), repeat(0)), initial=depth))
-            depth = levels[-1]
-            del events[:]
-            if max(levels) > MAX_DEPTH:
-                raise NotRead(f"nested deeper than {MAX_DEPTH} levels: not read")
-        items.send(chunk)
-        if found:
-            unfinished = 0
-        yield from found
-        del found[:]
-    watch.close()
-    items.close()
-    yield from found
+    An item nested deeper than Python's parser recurses (about 1,000 levels) is
+    ``_TOO_DEEP``, its end found by its brackets. One longer than ``MAX_RECORD`` characters,
+    or the array beyond that while ``whole()`` (the array is one record), stops the read
+    with ``NotRead``. Invalid UTF-8 raises ``UnicodeDecodeError``, broken JSON
+    ``json.JSONDecodeError``."""
+    decode = codecs.getincrementaldecoder("utf-8")().decode
+    text, pos, total, ended = "", 0, 0, False
+
+    def more(least: int) -> None:  # read on until the text from pos holds ``least`` characters, or all there is
+        nonlocal text, pos, total, ended
+        parts, have = [text[pos:]], len(text) - pos
+        while have < least and not ended:
+            chunk = f.read(COMPRESSED_READ)
+            total += len(chunk)
+            if total > MAX_RECORD and whole():
+                raise NotRead(f"longer than {MAX_RECORD >> 20} MiB: not read")
+            ended = not chunk
+            parts.append(decode(chunk, final=ended))
+            have += len(parts[-1])
+        text, pos = "".join(parts), 0
+
+    def next_char() -> str:  # the next character that is not a blank ("" at the end)
+        nonlocal pos
+        while not (m := _NOT_BLANK.search(text, pos)):
+            pos = len(text)
+            if ended:
+                return ""
+            more(1)
+        pos = m.start()
+        return text[pos]
+
+    if next_char() != "[":
+        raise json.JSONDecodeError("not an array", text, pos)
+    pos += 1
+    if next_char() == "]":
+        return
+    while True:
+        while True:  # the item's end, once read
+            value: Any = None
+            try:
+                _, end = _DECODER.raw_decode(text, pos)
+            except json.JSONDecodeError as exc:
+                at_end = exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - 16
+                if not at_end or (ended and exc.pos < len(text) and not exc.msg.startswith("Unterminated")):
+                    raise
+                end = None
+            except RecursionError:
+                end, value = _end_of(text, pos), _TOO_DEEP
+            if end is not None and (end < len(text) or ended):
+                break
+            if len(text) - pos > MAX_RECORD:
+                raise NotRead(f"longer than {MAX_RECORD >> 20} MiB: not read")
+            if ended:
+                raise json.JSONDecodeError("cut short", text, len(text))
+            more(max(2 * (len(text) - pos), COMPRESSED_READ))
+        if value is None:
+            try:  # orjson's numbers, as the lines have them: an integer beyond 64 bits is a float
+                value = parse(text[pos:end])
+            except RecursionError:  # orjson stops at 1,024 levels, and Python's parser recursed nearer its limit
+                value = _TOO_DEEP
+        pos = end
+        yield value
+        after = next_char()
+        if after == "]":
+            return
+        if after != ",":
+            raise json.JSONDecodeError("expected ',' or ']' after an item", text, pos)
+        pos += 1
+        next_char()
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _end_of(text: str, pos: int) -> int | None:
+    """Where the JSON value nested at ``pos`` ends, by its brackets; None: not in ``text``."""
+    depth = 0
+    for m in _NESTING.finditer(text, pos):
+        token = m.group()
+        if token == '"':  # a string not closed in the text read so far
+            return None
+        if token in "[{":
+            depth += 1
+        elif token in "]}":
+            depth -= 1
+            if not depth:
+                return m.end()
+    return None
 
 
 def _parquet_rows(path: Path, name: str) -> Iterator[Record | Problem]:

@@ -188,19 +188,21 @@ def test_json_lines_in_a_json_file_are_known_by_their_first_line_whatever_its_le
     assert [(r.where, r.value) for r in records(tmp_path / "e.json")] == [("record", long[0])]
 
 
-def test_an_array_nested_beyond_the_limit_stops_the_read_before_its_parser_pays_for_it(tmp_path):
-    """ijson's items parser keeps the path of every open level: 20,000 levels would cost it
-    a gigabyte. A prefix-free parse of the same bytes stops the read first."""
-    n, before = 20_000, [{"id": i, "text": "z" * 1000} for i in range(200)]  # 200 KB: the items read before it stand
-    (tmp_path / "deep.json").write_bytes(json.dumps(before).encode()[:-1] + b"," + b"[" * n + b"]" * n + b',{"id": 2}]')
+def test_an_array_item_nested_beyond_what_python_parses_is_skipped_by_its_brackets(tmp_path):
+    """Python's parser stops near 1,000 levels: such an item is a problem, found to its
+    end by its brackets (strings' brackets not counted), and the read goes on after it."""
+    n, before = 20_000, [{"id": i, "text": "z]]}" * 250} for i in range(200)]
+    deep = b"[" * n + b'"]]]}}"' + b"]" * n
+    (tmp_path / "deep.json").write_bytes(json.dumps(before).encode()[:-1] + b"," + deep + b',{"id": 2}]')
     values, problems = read(tmp_path / "deep.json")
-    assert 100 < len(values) <= 200 and values == before[: len(values)]  # all but the last read's (64 KiB)
-    said = f"{tmp_path / 'deep.json'}: item {len(values)}: nested deeper than {record_files.MAX_DEPTH} levels: not read"
-    assert problems == [said]
-    deep_item = b"[" * 900 + b"]" * 900  # within the limit, but deeper than any record can be used: that item only
-    (tmp_path / "items.json").write_bytes(b'[{"id": 1},' + deep_item + b',{"id": 3}, [[[[]]]]]')
-    said = f"{tmp_path / 'items.json'}: item 1: nested too deep to read"
-    assert read(tmp_path / "items.json") == ([{"id": 1}, {"id": 3}, [[[[]]]]], [said])
+    assert values == [*before, {"id": 2}]
+    assert problems == [f"{tmp_path / 'deep.json'}: item 200: nested too deep to read"]
+    (tmp_path / "lines.jsonl").write_bytes(deep + b'\n{"id": 3}\n')  # as a line: the same
+    values, problems = read(tmp_path / "lines.jsonl")
+    assert values == [{"id": 3}] and len(problems) == 1 and "line 1: not JSON" in problems[0]
+    (tmp_path / "open.json").write_bytes(b'[{"id": 1}, ' + b"[" * 5000 + b'"never closed')  # cut short inside it
+    values, problems = read(tmp_path / "open.json")
+    assert values == [{"id": 1}] and problems == [f"{tmp_path / 'open.json'}: item 1: not JSON (cut short)"]
 
 
 def test_an_array_item_or_a_whole_array_beyond_the_limit_is_named_not_read(tmp_path, monkeypatch):
@@ -216,3 +218,43 @@ def test_an_array_item_or_a_whole_array_beyond_the_limit_is_named_not_read(tmp_p
     assert values == [] and problems == [f"{tmp_path / 'b.json'}: record: longer than 0 MiB: not read"]
     monkeypatch.setattr(record_files, "MAX_RECORD", 1_000_000)
     assert read(tmp_path / "b.json", whole_array=lambda first: True) == ([events], [])
+
+
+def _same(a, b) -> bool:
+    """Equal JSON values, NaN equal to NaN."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@pytest.mark.parametrize("read_size", [7, 1 << 16])
+def test_an_array_python_writes_reads_as_its_lines_do(tmp_path, monkeypatch, read_size):
+    """``json.dump`` writes NaN and the infinities, which ijson's C parser refused, and
+    lone surrogate escapes, which it read otherwise than the lines' parser did. Reads of 7
+    bytes cut every number, escape and literal."""
+    monkeypatch.setattr(record_files, "COMPRESSED_READ", read_size)
+    items = [{"id": i, "x": 12345.678 * i, "text": "é😀 " * i, "n": [10**i, -(i + 0.5)]} for i in range(40)]
+    items[3]["cost"] = float("nan")
+    items[5]["limits"] = [float("inf"), float("-inf")]
+    items[7]["text"] = "half \ud800 and \udfff\ud800\u0041 pair \ud83d\ude00"
+    (tmp_path / "a.json").write_text(json.dumps(items, indent=1))
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
+    from_array, problems = read(tmp_path / "a.json")
+    from_lines, _ = read(tmp_path / "a.jsonl")
+    assert problems == [] and len(from_array) == 40 and _same(from_array, from_lines)
+    assert from_array[7]["text"] == "half \ufffd and \ufffd\ufffdA pair \U0001f600"  # as the lines read it
+    assert [r.where for r in records(tmp_path / "a.json")] == [f"item {i}" for i in range(40)]
+
+
+def test_broken_json_after_a_nan_keeps_the_items_before_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(record_files, "COMPRESSED_READ", 100)
+    items = [{"id": i, "v": float("nan") if i == 1 else i} for i in range(6)]
+    text = json.dumps(items)
+    (tmp_path / "cut.json").write_text(text[: text.index('{"id": 4') + 5])  # cut short inside item 4
+    values, problems = read(tmp_path / "cut.json")
+    assert _same(values, items[:4]) and problems == [f"{tmp_path / 'cut.json'}: item 4: not JSON (cut short)"]
+    (tmp_path / "bad.json").write_text(text.replace('{"id": 3', '{"id" 3'))  # broken inside item 3, whole file read
+    values, problems = read(tmp_path / "bad.json")
+    assert _same(values, items[:3]) and problems == [f"{tmp_path / 'bad.json'}: item 3: not JSON (Expecting ':' delimiter)"]
+    (tmp_path / "junk.json").write_text(text[:-1] + " 7]")  # no comma between items
+    values, problems = read(tmp_path / "junk.json")
+    said = f"{tmp_path / 'junk.json'}: item 6: not JSON (expected ',' or ']' after an item)"
+    assert _same(values, items) and problems == [said]
