@@ -7,28 +7,30 @@ whole. Rows stream in the store's order, each with its trajectory's row count, a
 trajectory is written once all its rows have come: memory holds the trajectories under
 way (one, where a store keeps a trajectory's rows together, as trajforge's writers do),
 never the store, and the engine sorts nothing. Each trajectory is written as its own file
-(``<trajectory_id>.json``, for formats of one object per trajectory) or as one line of
-``<format>.jsonl``, each file first written beside its final name and then renamed.
+(``<trajectory_id>.json``, ``file_name``, for formats of one object per trajectory) or as
+one line of ``<format>.jsonl``, each file first written beside its final name and then
+renamed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import attrgetter
-from pathlib import Path
 
 import duckdb
 
 from formats import fewer_collections, format_module
+from formats.episode import stable_id
 from pipelines.query import execute
 from pipelines.store.reader import Store
 from schemas.arrow import from_record_batch
 from schemas.errors import ConfigError
+from schemas.record_files import dumps, out_folder, written
 from schemas.transition import Transition
 
 
@@ -101,29 +103,37 @@ def export_store(
 ) -> ExportSummary:
     module = format_module(fmt, export=True)
     handle = Store.open(os.fspath(store))
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = out_folder(out)
     summary = ExportSummary()
     one_file_each = getattr(module, "ONE_FILE_PER_TRAJECTORY", True)
-    partial, final = folder / f".{module.NAME}.jsonl.partial", folder / f"{module.NAME}.jsonl"
     with contextlib.ExitStack() as stack, fewer_collections():
-        lines = None if one_file_each else stack.enter_context(open(partial, "w", encoding="utf-8"))
+        lines = None if one_file_each else stack.enter_context(written(folder / f"{module.NAME}.jsonl"))
         for trajectory in trajectories(handle, where, timeout=timeout, memory=memory):
             value = module.export(trajectory)
             summary.trajectories += 1
             summary.transitions += len(trajectory)
             if lines is None:
-                _write_atomic(folder / f"{trajectory[0].trajectory_id}.json", json.dumps(value, ensure_ascii=False, indent=2))
+                with written(folder / file_name(trajectory[0].trajectory_id)) as f:
+                    f.write(dumps(value, indent=2))
                 summary.files += 1
             else:
-                lines.write(json.dumps(value, ensure_ascii=False) + "\n")
+                lines.write(dumps(value) + "\n")
     if not one_file_each:
-        os.replace(partial, final)
         summary.files += 1
     return summary
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+#: What a file name keeps of a trajectory id; every other character becomes ``_``.
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def file_name(trajectory_id: str) -> str:
+    """A trajectory's file: ``<id>.json`` where the id is a plain name, else the id with
+    every character but letters, digits, ``.``, ``_`` and ``-`` made ``_`` (collected ids
+    hold ``:`` and task ids ``/``; a store written by someone else may hold ``../``) and a
+    digest of the whole id after it, so two ids never share a file. At most 200 characters
+    of the id are kept: a file name has 255 bytes."""
+    name = _NAME_CHARS.sub("_", trajectory_id)
+    if name != trajectory_id or name.startswith(".") or not name or len(name) > 200:
+        name = f"{name.lstrip('.')[:160]}-{stable_id(trajectory_id)[:16]}"
+    return f"{name}.json"

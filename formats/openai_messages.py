@@ -32,7 +32,6 @@ with modern ``tool_calls``; ``metadata.trajforge`` keeps what a round trip needs
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -52,6 +51,7 @@ from formats.episode import (
     text_action,
     unpacked,
 )
+from schemas.record_files import dumps
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "openai-messages"
@@ -351,9 +351,7 @@ def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [
-                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-                ],
+                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": dumps(arguments)}}],
             }
         )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": t.next_state.text})

@@ -26,14 +26,15 @@ import base64
 import codecs
 import io
 import json
+import math
 import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 import orjson
 import pyarrow as pa
@@ -480,6 +481,61 @@ def _text_safe(value: Any, raw: bytes | None = None) -> Any:
     if isinstance(value, dict):
         return {_text_safe(k): _text_safe(v) for k, v in value.items()}
     return value
+
+
+def dumps(value: Any, indent: int | None = None) -> str:
+    """JSON text of an exported value. JSON has no NaN or infinities (Python writes them,
+    and trajforge reads them, but orjson, JavaScript and Harbor's validator refuse the
+    file): they are written as ``null``, as JavaScript's ``JSON.stringify`` writes them."""
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), ensure_ascii=False, indent=indent)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+@contextmanager
+def written(path: Path) -> Iterator[TextIO]:
+    """A text file for other tools (an export, a task suite) written beside ``path``, as
+    ``.<name>.partial``, and renamed to ``path`` when the block ends: a reader sees the old
+    file or the new one, whole, never a part. Whatever is at the partial name (a link
+    planted there) is removed and the file created anew, so nothing is written through a
+    link; where the block fails, the partial file is removed."""
+    partial = path.with_name(f".{path.name}.partial")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a file")
+    with suppress(FileNotFoundError):
+        partial.unlink()
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            yield f
+        os.replace(partial, path)
+    except BaseException:
+        with suppress(OSError):
+            partial.unlink()
+        raise
+
+
+def out_folder(path: str | os.PathLike[str], option: str = "--out") -> Path:
+    """A folder to write files into, made where missing; ``ConfigError`` where it is a file."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{option}: {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{option}: cannot make {folder} ({exc.strerror or short(exc)})") from None
+    return folder
 
 
 def short(exc: BaseException) -> str:

@@ -6,11 +6,11 @@ evaluation suite by id."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from collectors.env import task_from_dict
+from schemas.record_files import dumps, out_folder, written
 
 
 def write_suite(bodies: list[dict[str, Any]], out: str | Path) -> Path:
@@ -18,8 +18,7 @@ def write_suite(bodies: list[dict[str, Any]], out: str | Path) -> Path:
     for i, body in enumerate(bodies):
         task_from_dict(body, f"task {i} ({body.get('id')})")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    partial.write_text("".join(json.dumps(b, ensure_ascii=False) + "\n" for b in bodies), encoding="utf-8")
-    partial.replace(out)
+    out_folder(out.parent)
+    with written(out) as f:
+        f.writelines(dumps(b) + "\n" for b in bodies)
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 
 from formats.exporter import export_store, trajectories
@@ -90,3 +91,74 @@ def test_a_where_that_is_not_one_condition_is_refused_before_it_runs(agent_data,
             export_store("atif", tmp_path / "store", tmp_path / "out", where=where)
     s = export_store("atif", tmp_path / "store", tmp_path / "out", where="domain = 'swe' -- the SWE run only")
     assert (s.trajectories, s.transitions) == (1, 2)
+
+
+def test_trajectory_ids_that_are_no_file_names_stay_in_the_out_folder(agent_data, tmp_path):
+    """Collected ids hold ``:`` and task ids ``/``; a store written by someone else may hold
+    ``../`` or an absolute path. Each file is a safe name inside ``--out``, one per id, and
+    the id itself is kept in the file."""
+    import dataclasses
+
+    _import_copies(agent_data, tmp_path, "swe-agent/pydicom__pydicom-1458.traj", "swe-agent", 1)
+    [trajectory] = list(trajectories(tmp_path / "store"))
+    ids = ["job:org/repo.task:0", "../../escaped", str(tmp_path / "abs-escape"), ".hidden", "x" * 300, "job_org_repo.task_0"]
+    for n, tid in enumerate(ids):
+        with ShardWriter(str(tmp_path / "odd"), "swe", f"run-{n}") as w:
+            w.write_episode(
+                [
+                    dataclasses.replace(t, trajectory_id=tid, provenance=dataclasses.replace(t.provenance, run_id=f"run-{n}"))
+                    for t in trajectory
+                ]
+            )
+    out = tmp_path / "a" / "b" / "out"
+    s = export_store("atif", tmp_path / "odd", out)
+    files = sorted(out.iterdir())
+    assert s.files == len(files) == len(ids)
+    assert {json.loads(f.read_text())["session_id"] for f in files} == set(ids)
+    assert all(len(f.name) <= 255 and not f.name.startswith(".") for f in files)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "odd", "runs.jsonl", "store"]  # nothing written beside
+    assert not (tmp_path / "abs-escape.json").exists() and "job_org_repo.task_0.json" in {f.name for f in files}
+
+
+def test_an_export_writes_json_only_never_through_a_planted_link(agent_data, tmp_path):
+    """NaN and the infinities (which the importer reads) are written as null; a link planted
+    at the partial file's name is replaced, not followed; an --out that is a file is one line."""
+    from schemas.errors import ConfigError
+
+    record = json.loads((agent_data / "atif" / "hello-world.trajectory.json").read_text())
+    record["steps"][4]["tool_calls"][0]["function_name"] = "my_tool"  # a generic call: its arguments kept as they are
+    record["steps"][4]["tool_calls"][0]["arguments"]["big"] = float("inf")
+    record["steps"][4]["metrics"]["cost_usd"] = float("nan")
+    (tmp_path / "odd.json").write_text(json.dumps(record))
+    assert import_files("atif", [tmp_path / "odd.json"], tmp_path / "store", source="odd").trajectories == 1
+    out = tmp_path / "out"
+    out.mkdir()
+    target = tmp_path / "victim.txt"
+    target.write_text("keep")
+    (out / ".adp.jsonl.partial").symlink_to(target)
+    for fmt in ("atif", "adp", "openai-messages"):
+        export_store(fmt, tmp_path / "store", out)
+    assert target.read_text() == "keep" and not (out / ".adp.jsonl.partial").exists()
+    nulls = []
+    for f in out.iterdir():  # orjson, as JavaScript, reads JSON only
+        text = f.read_text()
+        values = [orjson.loads(line) for line in text.splitlines()] if f.suffix == ".jsonl" else [orjson.loads(text)]
+        nulls += [f.suffix for v in _values_of("big", values) if v is None]
+    assert set(nulls) == {".json", ".jsonl"} and len(nulls) >= 3  # ATIF; ADP and openai-messages (its arguments text)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match=r"--out: .*file is a file, not a folder"):
+        export_store("atif", tmp_path / "store", tmp_path / "file")
+
+
+def _values_of(key: str, value) -> list:
+    """Every value of ``key`` in ``value``, JSON kept as text (a call's arguments) read too."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return []
+    if isinstance(value, dict):
+        return ([value[key]] if key in value else []) + [v for x in value.values() for v in _values_of(key, x)]
+    if isinstance(value, list):
+        return [v for x in value for v in _values_of(key, x)]
+    return []
