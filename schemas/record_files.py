@@ -30,7 +30,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +143,8 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
     """One file's records, streamed; a part that does not parse is a ``Problem``. A JSON
     array is a list of records, or one record when ``whole_array(first item)`` says so (an
     OpenHands event list, a bare list of chat messages). A ``.json`` file whose first line
-    is a whole JSON value with more after it is JSON Lines."""
+    is a whole JSON value (an object, or an array of at most ``ARRAY_FIRST_LINE`` bytes)
+    with more after it is JSON Lines."""
     name = str(path)
     kind = "done"
     try:
@@ -156,7 +157,7 @@ def records(path: Path, whole_array: Callable[[Any], bool] | None = None) -> Ite
                 blank_lines = _skip_blanks(f)
                 first = f.peek(1)[:1]
                 if first == b"[":
-                    kind = "array"
+                    kind = yield from _array_or_lines(f, name, blank_lines)
                 elif first == b"{":
                     yield from _object_or_lines(f, name, blank_lines)
                 elif first:
@@ -202,6 +203,27 @@ def _object_or_lines(f: io.BufferedReader, name: str, blank_lines: int) -> Itera
 
 
 _NOTHING = object()
+#: The longest first line an array's file is read as JSON Lines by (a list of chat messages
+#: a line); a longer one is an array's, streamed.
+ARRAY_FIRST_LINE = 64 << 20
+
+
+def _array_or_lines(f: io.BufferedReader, name: str, blank_lines: int) -> Generator[Record | Problem, None, str]:
+    """A file that starts with ``[``: JSON Lines when its first line is a whole value and
+    more follows, else ``"array"``: the caller streams its items from the start."""
+    line = f.readline(ARRAY_FIRST_LINE)
+    if not line.endswith(b"\n"):
+        return "array"
+    more_blank_lines = _skip_blanks(f)
+    if not f.peek(1):
+        return "array"
+    try:
+        value = parse(line)
+    except (ValueError, RecursionError):
+        return "array"
+    yield Record(name, f"line {blank_lines + 1}", value)
+    yield from _lines(f, name, blank_lines + 1 + more_blank_lines)
+    return "done"
 
 
 def read_json(path: Path) -> Any:

@@ -258,3 +258,18 @@ def test_broken_json_after_a_nan_keeps_the_items_before_it(tmp_path, monkeypatch
     values, problems = read(tmp_path / "junk.json")
     said = f"{tmp_path / 'junk.json'}: item 6: not JSON (expected ',' or ']' after an item)"
     assert _same(values, items) and problems == [said]
+
+
+def test_a_json_file_of_arrays_a_line_is_json_lines(tmp_path):
+    """Chat datasets write a bare list of messages a line, and name the file ``.json``: its
+    first line is a whole array with more after it. One array, on one line or many, is
+    still streamed item by item."""
+    talks = [[{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": "yo"}] for i in range(3)]
+    (tmp_path / "talks.json").write_text("\n" + "".join(json.dumps(t) + "\n" for t in talks))
+    assert [(r.where, r.value) for r in records(tmp_path / "talks.json")] == [
+        (f"line {i}", t) for i, t in zip((2, 3, 4), talks, strict=True)
+    ]
+    (tmp_path / "one.json").write_text(json.dumps(talks[0]) + "\n\n")
+    assert [r.where for r in records(tmp_path / "one.json")] == ["item 0", "item 1"]
+    (tmp_path / "pretty.json").write_text(json.dumps(talks, indent=2))
+    assert read(tmp_path / "pretty.json") == (talks, [])
