@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -205,6 +206,7 @@ def to_transitions(
     record read again, from any file, in any spelling of its JSON, gets the same ids."""
     if not ep.steps:
         return []
+    _check(ep)
     domain = origin.domain or ep.domain or infer_domain(ep)
     provenance = Provenance(
         run_id=origin.run_id,
@@ -227,7 +229,9 @@ def to_transitions(
     observations = [_observation(ep.initial), *(_observation(s.observation, s.extra) for s in ep.steps)]
     hashes = [content_hash(observations[i], s.action, observations[i + 1]) for i, s in enumerate(ep.steps)]
     last = len(ep.steps) - 1
-    rewards = [s.reward if s.reward is not None else (ep.reward if i == last else None) for i, s in enumerate(ep.steps)]
+    rewards = [
+        _reward(s.reward if s.reward is not None else (ep.reward if i == last else None), i) for i, s in enumerate(ep.steps)
+    ]
     key = fingerprint(ep, observations, hashes, rewards)
     trajectory_id = "imp-" + stable_id(origin.source, ep.record_id, *trajectory_key, key)
     task_id = ep.task_id or ep.record_id
@@ -256,6 +260,34 @@ def to_transitions(
         )
         for i, step in enumerate(ep.steps)
     ]
+
+
+def _check(ep: Episode) -> None:
+    """An episode's fields are of the types its transitions hold (a source's extension
+    fields, such as ``extra.trajforge``, can hold anything): ``RecordError`` naming the
+    field where one is not."""
+    for name in ("instruction", "task_id", "agent", "model"):
+        value = getattr(ep, name)
+        need(value is None or isinstance(value, str), "{}: not a string ({})", name, type(value).__name__)
+    need(isinstance(ep.initial, str), "initial state: not a string ({})", type(ep.initial).__name__)
+    for i, step in enumerate(ep.steps):
+        need(isinstance(step.action.kind, str), "steps[{}].action.kind: not a string", i)
+        need(isinstance(step.observation, str), "steps[{}].observation: not a string", i)
+        need(step.error is None or isinstance(step.error, str), "steps[{}].error: not a string", i)
+
+
+def _reward(value: Any, step: int) -> float | None:
+    """A reward as a transition holds it: a finite number, or None (NaN, which Python's
+    ``json`` writes for "no value", is None)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    need(isinstance(value, int | float) and not isinstance(value, bool), "steps[{}].reward: not a number", step)
+    try:
+        reward = float(value)
+    except OverflowError:
+        reward = math.inf
+    need(math.isfinite(reward), "steps[{}].reward: not a finite number ({})", step, value)
+    return reward
 
 
 def fingerprint(ep: Episode, observations: list[Observation], hashes: list[str], rewards: list[float | None]) -> str:

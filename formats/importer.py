@@ -20,6 +20,8 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from pipelines.progress import Progress
 from pipelines.store.reader import Store
 from pipelines.store.shards import read_column
 from pipelines.store.writer import ShardWriter, WriterOptions, row_bytes
+from schemas.arrow import to_shard_batch
 from schemas.errors import ConfigError, SchemaError
 from schemas.record_files import UNREADABLE, Problem, Record, plain_file, read_json, record_stem, records, short, source_files
 from schemas.transition import EXECUTED, Transition
@@ -122,7 +125,7 @@ def import_files(
     handle = Store.open(os.fspath(store), must_exist=False)
     summary = ImportSummary(run_id_for(source))
     seen = existing_trajectories(handle, summary.run_id)
-    sink = _Sink(handle, summary)
+    sink = _Sink(handle, summary, strict)
     with fewer_collections():
         try:
             for path in files:
@@ -200,8 +203,8 @@ def _fail(summary: ImportSummary, problem: Problem, strict: bool) -> None:
 class _Sink:
     """Whole trajectories into one writer per domain, many trajectories to a record batch."""
 
-    def __init__(self, store: Store, summary: ImportSummary) -> None:
-        self.store, self.summary = store, summary
+    def __init__(self, store: Store, summary: ImportSummary, strict: bool = False) -> None:
+        self.store, self.summary, self.strict = store, summary, strict
         self.writers: dict[str, ShardWriter] = {}
         self.buffers: dict[str, list[Transition]] = {}
         self.sizes: dict[str, int] = {}  # row_bytes of each buffer
@@ -223,8 +226,28 @@ class _Sink:
             return
         if domain not in self.writers:
             self.writers[domain] = ShardWriter(self.store, domain, self.summary.run_id)
-        self.writers[domain].write_episode(buf)  # whole trajectories: a kill keeps all of them or none
         self.buffers[domain], self.sizes[domain] = [], 0
+        try:
+            self.writers[domain].write_episode(buf)  # whole trajectories: a kill keeps all of them or none
+        except (TypeError, ValueError, OverflowError):  # a value Arrow refuses that no converter checked
+            self.writers[domain].write_episode(self._convertible(buf))
+
+    def _convertible(self, buf: list[Transition]) -> list[Transition]:
+        """The trajectories of ``buf`` that Arrow converts; each other one is its record's
+        problem (the batch, and the records in it, are never lost for one of them)."""
+        kept: list[Transition] = []
+        for _, rows in groupby(buf, key=attrgetter("trajectory_id")):
+            trajectory = list(rows)
+            try:
+                to_shard_batch(trajectory)
+            except (TypeError, ValueError, OverflowError) as exc:
+                p, s = trajectory[0].provenance, self.summary
+                s.trajectories, s.transitions = s.trajectories - 1, s.transitions - len(trajectory)
+                s.by_domain[trajectory[0].domain] -= len(trajectory)
+                _fail(s, Problem(p.source_file or "", f"record {p.source_record}", f"unwritable ({short(exc)})"), self.strict)
+            else:
+                kept += trajectory
+        return kept
 
     def close(self) -> None:
         try:

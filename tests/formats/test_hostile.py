@@ -190,3 +190,64 @@ def test_broken_parquet_and_compressed_files_are_named_not_raised(agent_data, tm
         assert f"skipped {tmp_path / 'in' / name}: {said}" in r.stdout, r.stdout
     r = cli("import", "atif", str(tmp_path / "in"), "--store", str(tmp_path / "st2"), "--source", "x", "--strict", check=False)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "b-junk.parquet: file: not readable Parquet" in r.stderr, r.stderr
+
+
+def test_extension_fields_of_the_wrong_type_cost_their_record_only(agent_data, tmp_path):
+    """trajforge's own fields in a record (``extra.trajforge``, ``metadata.trajforge``) can
+    hold anything: a value of the wrong type is its record's problem, named by field, and
+    never the batch's (these once failed the whole batch in Arrow, a traceback that lost
+    the records before them)."""
+    record = json.loads((agent_data / FIXTURES["atif"]).read_text())
+
+    def run(n: int, extra: dict | None = None, agent_name=None, step_reward=None) -> str:
+        r = json.loads(json.dumps(record)) | {"session_id": f"run-{n}"}
+        if extra is not None:
+            r["extra"] = {"trajforge": extra}
+        if agent_name is not None:
+            r["agent"]["name"] = agent_name
+        if step_reward is not None:
+            r["steps"][4]["extra"] = {"trajforge": {"reward": step_reward}}
+        return json.dumps(r)
+
+    lines = [
+        run(0),
+        run(1, extra={"instruction": {"a": 1}}),
+        run(2, extra={"task_id": "t"}, agent_name=7),
+        run(3, step_reward=float("inf")),
+        run(4, step_reward=float("nan")),
+    ]
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    s = import_files("atif", [tmp_path / "runs.jsonl"], tmp_path / "st", source="odd")
+    assert (s.trajectories, s.malformed) == (2, 3), s.problems
+    said = [(p.where, p.reason) for p in s.problems]
+    assert said == [
+        ("line 2", "instruction: not a string (dict)"),
+        ("line 3", "agent: not a string (int)"),
+        ("line 4", "steps[0].reward: not a finite number (inf)"),
+    ]
+    rewards = run_query("SELECT DISTINCT reward FROM transitions", str(tmp_path / "st")).to_pylist()
+    assert rewards == [{"reward": None}]  # NaN: no reward
+
+
+def test_a_value_arrow_refuses_costs_its_trajectory_not_the_batch(agent_data, tmp_path, monkeypatch):
+    """Whatever a converter lets through that Arrow refuses (here a lone surrogate, which
+    UTF-8 cannot hold) is that trajectory's problem: the batch's other trajectories are
+    written, and the summary counts them only."""
+    from dataclasses import replace
+
+    from formats import atif
+
+    convert = atif.episodes
+
+    def spoiled(record, name=""):
+        for ep in convert(record, name):
+            yield replace(ep, model="bad \ud800") if record.get("session_id") == "s-1" else ep
+
+    monkeypatch.setattr(atif, "episodes", spoiled)
+    record = json.loads((agent_data / FIXTURES["atif"]).read_text())
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(record | {"session_id": f"s-{i}"}) + "\n" for i in range(3)))
+    s = import_files("atif", [tmp_path / "runs.jsonl"], tmp_path / "st", source="odd")
+    assert (s.trajectories, s.malformed) == (2, 1) and s.problems[0].where == "record s-1"
+    assert "unwritable" in s.problems[0].reason and s.by_domain == {"swe": s.transitions}
+    got = run_query("SELECT count(DISTINCT trajectory_id) AS n, count(*) AS rows FROM transitions", str(tmp_path / "st"))
+    assert got.to_pylist() == [{"n": 2, "rows": s.transitions}]
