@@ -66,11 +66,15 @@ class ImportSummary:
 
 def folder_record(module, folder: Path) -> Record | Problem:
     """A folder its format keeps one run in, as one record (``module.folder_record``, given
-    a reader of its JSON files)."""
+    a reader of its JSON files, which reads no file through a symbolic link)."""
 
     def read(path: Path) -> Any:
+        within = path.relative_to(folder)
+        for part in reversed(within.parents[:-1]):  # a link to a folder could name any folder of this host
+            if (folder / part).is_symlink():
+                raise RecordError(f"{part}: a symbolic link: not followed")
         if not path.is_file() or isinstance(plain_file(path), Problem):
-            raise RecordError(f"{path.relative_to(folder)}: not a regular file")
+            raise RecordError(f"{within}: not a regular file")
         try:
             return read_json(path)
         except (ValueError, *UNREADABLE) as exc:

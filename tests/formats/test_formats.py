@@ -420,6 +420,13 @@ def test_openhands_sdk_events_as_a_list_and_as_a_conversation_folder(tmp_path):
     (conv / "events" / "event-00003-o1.json").write_text("{not json")
     bad = import_files("openhands", [tmp_path / "folders"], tmp_path / "st2", source="oh1")
     assert bad.trajectories == 0 and any("conv-2: folder: events/event-00003-o1.json: not JSON" in str(p) for p in bad.problems)
+    # a conversation whose events folder links elsewhere on this host is not read through the link
+    (conv / "events" / "event-00003-o1.json").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    (conv / "events").rename(elsewhere)
+    (conv / "events").symlink_to(elsewhere)
+    linked = import_files("openhands", [tmp_path / "folders"], tmp_path / "st3", source="oh1")
+    assert linked.trajectories == 0 and f"{conv}: folder: events: a symbolic link: not followed" in map(str, linked.problems)
 
 
 def test_openhands_runs_kept_as_chat_messages(tmp_path):
