@@ -33,7 +33,18 @@ from pipelines.store.shards import read_column
 from pipelines.store.writer import ShardWriter, WriterOptions, row_bytes
 from schemas.arrow import to_shard_batch
 from schemas.errors import ConfigError, SchemaError
-from schemas.record_files import UNREADABLE, Problem, Record, plain_file, read_json, record_stem, records, short, source_files
+from schemas.record_files import (
+    UNREADABLE,
+    Problem,
+    Record,
+    plain_file,
+    read_json,
+    record_stem,
+    records,
+    short,
+    source_files,
+    text_name,
+)
 from schemas.transition import EXECUTED, Transition
 
 BATCH_ROWS = 2048  # whole trajectories buffered per domain before a record batch is written ...
@@ -123,6 +134,9 @@ def import_files(
     module = format_module(fmt)
     if not source.strip():
         raise ConfigError("--source: name the dataset the files come from")
+    _option_text("--source", source)
+    if license is not None:
+        _option_text("--license", license)
     if executed is not None and executed not in EXECUTED:
         raise ConfigError(f"--executed: {executed!r} is not one of {', '.join(EXECUTED)}")
     files = list(source_files(paths, getattr(module, "claims_folder", None)))
@@ -137,13 +151,23 @@ def import_files(
                     _fail(summary, path, strict)
                     continue
                 summary.files += 1
-                origin = Origin(source, fmt, path.name, license, summary.run_id, domain)
+                origin = Origin(source, fmt, text_name(path.name), license, summary.run_id, domain)
                 _import_file(module, path, origin, sink, seen, executed=executed, strict=strict, progress=progress)
         finally:
             sink.close()
     if progress is not None:
         progress(summary.records, f"{summary.transitions} transitions")
     return summary
+
+
+def _option_text(option: str, value: str, longest: int = 200) -> None:
+    """An option kept in every transition's provenance: one line of text a store can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{option}: not UTF-8 text") from None
+    if not value.strip() or len(value) > longest or any(c < " " or c == "\x7f" for c in value):
+        raise ConfigError(f"{option}: {value[:longest]!r} is not one line of at most {longest} characters")
 
 
 def _import_file(
@@ -162,7 +186,7 @@ def _import_file(
     summary = sink.summary
     folder = path.is_dir()
     items = [folder_record(module, path)] if folder else records(path, getattr(module, "whole_array", None))
-    name = path.name if folder else record_stem(path)  # a record's id where it has none of its own
+    name = text_name(path.name) if folder else record_stem(path)  # a record's id where it has none of its own
     for item in items:
         if isinstance(item, Problem):
             _fail(summary, item, strict)

@@ -74,8 +74,15 @@ def compression_of(path: Path) -> str | None:
 
 
 def record_stem(path: Path) -> str:
-    """A file's name without its suffixes of kind and compression (``runs.jsonl.gz`` -> ``runs``)."""
-    return (path.with_suffix("") if compression_of(path) else path).stem
+    """A file's name without its suffixes of kind and compression (``runs.jsonl.gz`` -> ``runs``),
+    as text (``text_name``)."""
+    return text_name((path.with_suffix("") if compression_of(path) else path).stem)
+
+
+def text_name(name: str) -> str:
+    """A file name as text a store can hold: bytes that are not UTF-8 (which Python keeps
+    as lone surrogates) become U+FFFD."""
+    return name if name.isascii() else name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def is_record_file(path: Path) -> bool:

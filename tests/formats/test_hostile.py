@@ -251,3 +251,27 @@ def test_a_value_arrow_refuses_costs_its_trajectory_not_the_batch(agent_data, tm
     assert "unwritable" in s.problems[0].reason and s.by_domain == {"swe": s.transitions}
     got = run_query("SELECT count(DISTINCT trajectory_id) AS n, count(*) AS rows FROM transitions", str(tmp_path / "st"))
     assert got.to_pylist() == [{"n": 2, "rows": s.transitions}]
+
+
+def test_file_names_and_options_that_are_not_text_a_store_can_hold(agent_data, tmp_path):
+    """A file name that is not UTF-8 (Python keeps its bytes as lone surrogates, which no
+    store can hold) is imported under its name with U+FFFD; a --source or --license that
+    is not one line of text is refused before anything is read."""
+    import os
+
+    from schemas.errors import ConfigError
+
+    text = (agent_data / FIXTURES["atif"]).read_text()
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "good.json").write_text(text)
+    with open(os.path.join(os.fsencode(folder), b"bad\xffname.json"), "w") as f:
+        f.write(text.replace('"session_id": "', '"session_id": "other-'))
+    s = import_files("atif", [folder], tmp_path / "st", source="odd")
+    assert (s.trajectories, s.malformed) == (2, 0), s.problems
+    got = run_query("SELECT DISTINCT provenance.source_file AS f FROM transitions ORDER BY f", str(tmp_path / "st"))
+    assert got.to_pylist() == [{"f": "bad\ufffdname.json"}, {"f": "good.json"}]
+    for option, value in [("source", "a\nb"), ("source", "bad\udcff"), ("license", ""), ("license", "MIT\x00")]:
+        with pytest.raises(ConfigError, match=f"--{option}: "):
+            import_files("atif", [folder], tmp_path / "st2", **({"source": "x"} | {option: value}))
+    assert not (tmp_path / "st2").exists()
