@@ -437,11 +437,27 @@ def _parquet_rows(path: Path, name: str) -> Iterator[Record | Problem]:
                     n += meta.num_rows
                     continue
                 for batch in pf.iter_batches(batch_size=PARQUET_ROWS, row_groups=[group]):
-                    for value in batch.to_pylist():
-                        yield Record(name, f"row {n}", row(value))
-                        n += 1
-    except Exception as exc:  # pyarrow's and its value conversions' (a date beyond Python's, an unknown time zone)
+                    yield from _parquet_batch(batch, row, name, n)
+                    n += batch.num_rows
+    except Exception as exc:  # pyarrow's (pages that do not decode, a file cut short)
         yield Problem(name, f"row {n}" if n else "file", f"not readable Parquet ({type(exc).__name__}: {short(exc)})")
+
+
+def _parquet_batch(batch: pa.RecordBatch, row: Callable[[Any], Any], name: str, n: int) -> Iterator[Record | Problem]:
+    """A batch's rows, from row ``n``; where a value does not convert (a date beyond
+    Python's, an unknown time zone), each row on its own, the bad one a problem."""
+    try:
+        converted = [row(value) for value in batch.to_pylist()]
+    except Exception:
+        for i in range(batch.num_rows):
+            try:
+                [value] = batch.slice(i, 1).to_pylist()
+                yield Record(name, f"row {n + i}", row(value))
+            except Exception as exc:
+                yield Problem(name, f"row {n + i}", f"not readable Parquet ({type(exc).__name__}: {short(exc)})")
+        return
+    for i, value in enumerate(converted):
+        yield Record(name, f"row {n + i}", value)
 
 
 def _jsonable(t: pa.DataType) -> Callable[[Any], Any] | None:
