@@ -455,6 +455,9 @@ def write_result(reader: pa.RecordBatchReader, fmt: str, out: IO[str] | str | No
     ``\\x``), csv, json (JSON lines) or parquet; returns the rows written."""
     if fmt not in FORMATS:
         raise QueryError(f"unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    twice = sorted({n for n in reader.schema.names if reader.schema.names.count(n) > 1})
+    if twice:  # rows are written by name: one column would hide the other
+        raise QueryError(f"column {twice[0]!r} is named twice in the result: give each its own name (AS)")
     if fmt == "parquet":
         import pyarrow.parquet as pq
 

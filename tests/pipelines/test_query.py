@@ -92,3 +92,12 @@ def test_stats(store, transitions):
     assert s.bytes == sum(p.stat().st_size for p in store.glob("raw/*/*/part-*.arrow"))
     out = json.loads(cli("stats", "--store", str(store), "--json").stdout)
     assert out["transitions"] == len(transitions) and 0 < out["failed_ratio"] < 0.5
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_a_result_with_a_column_named_twice_is_one_line_not_a_traceback(store, fmt):
+    """Rows are written by column name: a second ``a`` would hide the first (JSON, CSV) or
+    break the table's widths (a traceback)."""
+    proc = cli("query", "SELECT 1 AS a, 2 AS a", "--store", str(store), "--format", fmt, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == ["error: column 'a' is named twice in the result: give each its own name (AS)"]
