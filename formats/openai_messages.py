@@ -332,7 +332,7 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
         steps=steps,
         instruction=ours.get("instruction", instruction),
         task_id=ours.get("task_id") if isinstance(ours.get("task_id"), str) else (str(task_id) if task_id is not None else None),
-        domain=ours.get("domain") if isinstance(ours.get("domain"), str) else "mcp",
+        domain=ours.get("domain") if isinstance(ours.get("domain"), str) else None,  # inferred from the calls
         agent=ours.get("agent") if isinstance(ours.get("agent"), str) else None,
         model=meta.get("model") if isinstance(meta.get("model"), str) else None,
         executed=ours.get("executed") if ours.get("executed") in ("executed", "not_executed", "unknown") else "unknown",

@@ -879,3 +879,25 @@ def test_an_import_reports_its_progress(agent_data, tmp_path, monkeypatch):
     s = import_files("adp", [agent_data / "adp"], tmp_path, source="adp", progress=lambda n, info="": told.append((n, info)))
     assert [n for n, _ in told] == [*range(2, s.records + 1, 2), s.records] and s.records == 10
     assert told[-1][1] == f"{s.transitions} transitions"
+
+
+def test_openai_conversations_get_their_domain_from_their_calls(tmp_path):
+    """Shell calls only: terminal; a file editor's call: swe; any other tool: mcp (every
+    conversation was mcp)."""
+
+    def talk(tid: str, *calls: tuple[str, dict]) -> dict:
+        messages = [{"role": "user", "content": f"task {tid}"}]
+        for n, (name, args) in enumerate(calls):
+            call = {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            messages += [{"role": "assistant", "tool_calls": [call]}, {"role": "tool", "tool_call_id": f"c{n}", "content": "ok"}]
+        return {"id": tid, "messages": messages}
+
+    talks = [
+        talk("shell", ("bash", {"command": "ls"}), ("bash", {"command": "pwd"})),
+        talk("edit", ("bash", {"command": "ls"}), ("str_replace_editor", {"command": "create", "path": "/a", "file_text": "x"})),
+        talk("tools", ("get_weather", {"city": "Oslo"}), ("bash", {"command": "ls"})),
+    ]
+    (tmp_path / "talks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in talks))
+    assert import_files("openai-messages", [tmp_path / "talks.jsonl"], tmp_path / "st", source="d").trajectories == 3
+    got = run_query("SELECT DISTINCT task_id, domain FROM transitions ORDER BY 1", str(tmp_path / "st")).to_pylist()
+    assert [(r["task_id"], r["domain"]) for r in got] == [("edit", "swe"), ("shell", "terminal"), ("tools", "mcp")]
