@@ -48,6 +48,11 @@ READ_BUFFER = 1 << 20  # records of 100 KiB are common: the default 8 KiB buffer
 COMPRESSED_READ = 1 << 16  # decompressed bytes a read asks for: what a broken stream can take with it
 MAX_RECORD = 1 << 29  # 512 MiB: a line or a whole-file record longer than this is refused, unread
 PARQUET_ROWS = 64  # rows converted to Python at a time: trajectories of a megabyte each are common
+#: JSON values one record may hold (its commas, counted in a text longer than _COUNTED bytes):
+#: ``[{},{},...]`` is 3 bytes a value in the file and 64 in memory, so a gzip file of half a
+#: megabyte can ask for 30 GB. A real trajectory holds far fewer (100 MB of a run: a few million).
+MAX_VALUES = 1 << 24
+_COUNTED = 8 << 20
 MAX_ROW_GROUP = 4 * MAX_RECORD  # 2 GiB uncompressed: a Parquet row group beyond this is refused, unread
 
 
@@ -286,9 +291,9 @@ def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | Non
     try:
         with _opened(path) as f:
             for n, value in enumerate(_items(f, lambda: whole is not None)):  # noqa: B023 (its value now)
-                if value is _TOO_DEEP:
+                if isinstance(value, _Unread):
                     if whole is None:
-                        yield Problem(name, f"item {n}", "nested too deep to read")
+                        yield Problem(name, f"item {n}", value.reason)
                     continue
                 if n == 0 and whole_array is not None and whole_array(value):
                     whole = [value]
@@ -314,8 +319,15 @@ class NotRead(Exception):
     """An item, or an array that is one record, longer than ``MAX_RECORD``."""
 
 
+@dataclass
+class _Unread:
+    """An array item whose end was found but that was not read, and why."""
+
+    reason: str
+
+
 #: An item nested deeper than Python's parser recurses (no converter could read it either).
-_TOO_DEEP = object()
+_TOO_DEEP = _Unread("nested too deep to read")
 _NOT_BLANK = re.compile(r"[^ \t\n\r]")
 #: What nests in JSON text: a whole string (its brackets are not), a string still open, a bracket.
 _NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|"|[][{}]', re.DOTALL)
@@ -329,10 +341,10 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
     on twice as much, so a long item is searched a few times, not once a read.
 
     An item nested deeper than Python's parser recurses (about 1,000 levels) is
-    ``_TOO_DEEP``, its end found by its brackets. One longer than ``MAX_RECORD`` characters,
-    or the array beyond that while ``whole()`` (the array is one record), stops the read
-    with ``NotRead``. Invalid UTF-8 raises ``UnicodeDecodeError``, broken JSON
-    ``json.JSONDecodeError``."""
+    ``_TOO_DEEP``, its end found by its brackets; one that ``parse`` refuses is
+    ``_Unread``. One longer than ``MAX_RECORD`` characters, or the array beyond that while
+    ``whole()`` (the array is one record), stops the read with ``NotRead``. Invalid UTF-8
+    raises ``UnicodeDecodeError``, broken JSON ``json.JSONDecodeError``."""
     decode = codecs.getincrementaldecoder("utf-8")().decode
     text, pos, total, ended = "", 0, 0, False
 
@@ -388,6 +400,8 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
                 value = parse(text[pos:end])
             except RecursionError:  # orjson stops at 1,024 levels, and Python's parser recursed nearer its limit
                 value = _TOO_DEEP
+            except ValueError as exc:  # too many values to hold
+                value = _Unread(f"not JSON ({short(exc)})")
         pos = end
         yield value
         after = next_char()
@@ -504,10 +518,15 @@ def parse(raw: bytes | str) -> Any:
     """One JSON text: orjson where it can (several times faster on long strings), else
     Python's parser, whose answer is the reference (lone surrogate escapes, NaN, integers
     beyond 64 bits, which orjson refuses), with each lone surrogate made U+FFFD."""
+    if len(raw) > _COUNTED and raw.count(b"," if isinstance(raw, bytes) else ",") > MAX_VALUES:
+        raise ValueError(f"holds more than {MAX_VALUES:,} values: not read")
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return _text_safe(json.loads(raw), raw if isinstance(raw, bytes) else None)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return _text_safe(json.loads(raw), raw if isinstance(raw, bytes) else None)
+    except MemoryError:
+        raise ValueError("too large to hold in memory: not read") from None
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")

@@ -276,3 +276,19 @@ def test_a_json_file_of_arrays_a_line_is_json_lines(tmp_path):
     assert [r.where for r in records(tmp_path / "one.json")] == ["item 0", "item 1"]
     (tmp_path / "pretty.json").write_text(json.dumps(talks, indent=2))
     assert read(tmp_path / "pretty.json") == (talks, [])
+
+
+def test_a_record_of_more_values_than_memory_can_hold_is_named_not_read(tmp_path, monkeypatch):
+    """``[{},{},...]`` is 3 bytes a value in the file and 64 in memory: a gzip file of half
+    a megabyte could ask for 30 GB. A long text's commas are counted before it is parsed."""
+    monkeypatch.setattr(record_files, "_COUNTED", 1000)
+    monkeypatch.setattr(record_files, "MAX_VALUES", 2000)
+    bomb = {"messages": [{}] * 3000}
+    fine = {"messages": [{"text": "a, b, c, d"}] * 100}  # 1,000 commas in its texts
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(f"{json.dumps(fine)}\n{json.dumps(bomb)}\n".encode()))
+    (tmp_path / "b.json").write_text(json.dumps([fine, bomb, fine]))
+    (tmp_path / "c.json").write_text(json.dumps(bomb, indent=1))
+    said = "holds more than 2,000 values: not read"
+    assert read(tmp_path / "a.jsonl.gz") == ([fine], [f"{tmp_path / 'a.jsonl.gz'}: line 2: not JSON ({said})"])
+    assert read(tmp_path / "b.json") == ([fine, fine], [f"{tmp_path / 'b.json'}: item 1: not JSON ({said})"])
+    assert read(tmp_path / "c.json") == ([], [f"{tmp_path / 'c.json'}: record: not JSON ({said})"])
