@@ -186,7 +186,9 @@ def _import_file(
     summary = sink.summary
     folder = path.is_dir()
     items = [folder_record(module, path)] if folder else records(path, getattr(module, "whole_array", None))
-    name = text_name(path.name) if folder else record_stem(path)  # a record's id where it has none of its own
+    # a record's id where it has none of its own, in a file (or folder) that is one record; a
+    # record of many in a file is named by the hash of its JSON (every row of a file was one task)
+    own = text_name(path.name) if folder else record_stem(path)
     for item in items:
         if isinstance(item, Problem):
             _fail(summary, item, strict)
@@ -196,7 +198,7 @@ def _import_file(
             progress(summary.records, f"{summary.transitions} transitions")
         trajectories: list[list[Transition]] = []  # a record of many runs keeps those it gave before a broken one
         try:
-            for k, ep in enumerate(module.episodes(item.value, name)):
+            for k, ep in enumerate(module.episodes(item.value, own if item.where in ("record", "folder") else "")):
                 ep = ep if executed is None else _with(ep, executed)
                 trajectories.append(to_transitions(ep, origin, trajectory_key=(str(k),)))
         except (RecordError, SchemaError) as exc:  # the record breaks its format's rules

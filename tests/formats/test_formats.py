@@ -901,3 +901,21 @@ def test_openai_conversations_get_their_domain_from_their_calls(tmp_path):
     assert import_files("openai-messages", [tmp_path / "talks.jsonl"], tmp_path / "st", source="d").trajectories == 3
     got = run_query("SELECT DISTINCT task_id, domain FROM transitions ORDER BY 1", str(tmp_path / "st")).to_pylist()
     assert [(r["task_id"], r["domain"]) for r in got] == [("edit", "swe"), ("shell", "terminal"), ("tools", "mcp")]
+
+
+def test_a_record_without_an_id_is_named_by_its_file_only_where_the_file_is_that_record(agent_data, tmp_path):
+    """A ``.traj`` file is one run: its name is the run's id. Rows of a JSONL file without
+    ids are each named by the hash of their JSON (they were all named after the file, one
+    task for every row)."""
+    record = json.loads((agent_data / "swe-agent" / "pydicom__pydicom-1458.traj").read_text())
+    record.pop("instance_id", None)
+    other = json.loads(json.dumps(record))
+    other["history"][1]["content"] = "another task"
+    (tmp_path / "runs.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(other) + "\n")
+    (tmp_path / "solo-run.traj").write_text(json.dumps(record))
+    s = import_files("swe-agent", [tmp_path / "runs.jsonl", tmp_path / "solo-run.traj"], tmp_path / "st", source="ids")
+    assert s.trajectories == 3
+    got = run_query("SELECT DISTINCT task_id, provenance.source_file AS f FROM transitions ORDER BY 2, 1", str(tmp_path / "st"))
+    tasks = [(r["f"], r["task_id"]) for r in got.to_pylist()]
+    assert len(tasks) == 3 and tasks[2] == ("solo-run.traj", "solo-run")
+    assert [f for f, _ in tasks[:2]] == ["runs.jsonl"] * 2 and all(t.startswith("sha-") for _, t in tasks[:2])
