@@ -32,10 +32,13 @@ with modern ``tool_calls``; ``metadata.trajforge`` keeps what a round trip needs
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
+
+import re2
 
 from formats.episode import (
     Episode,
@@ -87,6 +90,42 @@ def _untagged(text: str, tag: str) -> str:
     if bare.startswith(opening) and bare.endswith(closing) and len(bare) >= len(opening) + len(closing):
         return bare[len(opening) : -len(closing)].strip()
     return text
+
+
+# RE2 (linear time): Python's ``re`` rescans the rest of the text from every opener that is
+# never closed
+_RE2 = re2.Options()
+_RE2.log_errors = False
+_TOOL_CALL = re2.compile(r"(?s)<tool_call>(.*?)</tool_call>", _RE2)
+_TOOL_RESPONSE = re2.compile(r"(?s)<tool_response>(.*?)</tool_response>", _RE2)
+#: The longest call text read as a Python literal (Hermes data writes some with single quotes).
+_LITERAL_CHARS = 1 << 20
+
+
+def _tagged_calls(text: str) -> list[dict[str, Any]]:
+    """The calls a Hermes-style turn writes in its text, each ``{"name", "arguments"}`` in
+    ``<tool_call>`` tags: as JSON, or as a Python literal (``{'name': ...}``); a call that is
+    neither, or has no name, is not one."""
+    found = []
+    for body in _TOOL_CALL.findall(text):
+        try:
+            value = loads(body)
+        except ValueError:
+            value = _literal(body.strip())
+        if isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"]:
+            found.append({"name": value["name"], "arguments": value.get("arguments", value.get("parameters", {}))})
+    return found
+
+
+def _literal(text: str) -> Any:
+    if len(text) > _LITERAL_CHARS or not text.startswith("{"):
+        return None
+    try:
+        value = ast.literal_eval(text)
+        dumps(value)  # JSON's kinds only (no sets, bytes or complex numbers)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return None
+    return value
 
 
 def _react(text: str) -> dict[str, str] | None:
@@ -274,6 +313,8 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
             legacy = _args(_untagged(content, "tool_call")) if role in CALL_ROLES else m.get("function_call")
             if isinstance(legacy, str):
                 legacy = _args(legacy)
+            if not (calls or legacy) and role not in CALL_ROLES and "<tool_call>" in content:
+                calls = [{"function": fn} for fn in _tagged_calls(content)]  # Hermes: the calls in the turn's text
             if not (calls or legacy) and role not in CALL_ROLES and _answer_next(messages, k) and "Action Input:" in content:
                 legacy = _react(content)
             if not ((calls or legacy) and open_calls and not any(c.answers for c in open_calls)):
@@ -299,11 +340,13 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
                 if not isinstance(answer, dict) or answer.get("requestor") == "user":
                     continue  # a tool the user simulator called: part of the environment's turn, not an answer
                 text = content if answer is m else as_text(answer.get("content"))
-                call = _answered(open_calls, answer.get("tool_call_id", answer.get("id")), answer.get("name"))
-                if call is not None:
-                    call.answers.append(_untagged(text, "tool_response"))
-                    if answer.get("error") is True:
-                        call.error = text or "error"
+                tagged = _TOOL_RESPONSE.findall(text) if text.count("<tool_response>") > 1 else [None]
+                for part in tagged:  # Hermes: the answers to parallel calls, each in its tags, in one turn
+                    call = _answered(open_calls, answer.get("tool_call_id", answer.get("id")), answer.get("name"))
+                    if call is not None:
+                        call.answers.append(_untagged(text, "tool_response") if part is None else part.strip())
+                        if answer.get("error") is True:
+                            call.error = text or "error"
         elif role in ("user", "human") and not content and m.get("tool_calls"):
             continue  # tau2's user simulator acting on its own device: its reply comes in a later message
         elif role in ("user", "human"):

@@ -919,3 +919,35 @@ def test_a_record_without_an_id_is_named_by_its_file_only_where_the_file_is_that
     tasks = [(r["f"], r["task_id"]) for r in got.to_pylist()]
     assert len(tasks) == 3 and tasks[2] == ("solo-run.traj", "solo-run")
     assert [f for f, _ in tasks[:2]] == ["runs.jsonl"] * 2 and all(t.startswith("sha-") for _, t in tasks[:2])
+
+
+def test_hermes_calls_in_the_assistant_turn_text(tmp_path):
+    """NousResearch's hermes-function-calling layout: ShareGPT turns, each call in
+    ``<tool_call>`` tags inside the ``gpt`` turn (JSON, or a Python literal with single
+    quotes), parallel answers each in ``<tool_response>`` tags in one ``tool`` turn. Text
+    of unclosed tags is what the turn said (and costs linear time)."""
+    system = 'You are a function calling AI model. <tools>[{"type": "function", "function": {"name": "get_weather"}}]</tools>'
+    turns = [
+        {"from": "system", "value": system},
+        {"from": "human", "value": "Weather in Paris and Rome?"},
+        {
+            "from": "gpt",
+            "value": "Let me check.\n<tool_call>\n{'name': 'get_weather', 'arguments': {'city': 'Paris'}}\n</tool_call>\n"
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>',
+        },
+        {
+            "from": "tool",
+            "value": '<tool_response>\n{"temp": 20}\n</tool_response>\n<tool_response>\n{"temp": 25}\n</tool_response>',
+        },
+        {"from": "gpt", "value": "Paris 20C, Rome 25C."},
+        {"from": "human", "value": "<tool_call>" * 50_000},
+    ]
+    (tmp_path / "hermes.json").write_text(json.dumps([{"id": "h1", "conversations": turns}]))
+    s = import_files("openai-messages", [tmp_path / "hermes.json"], tmp_path / "st", source="hermes")
+    assert (s.trajectories, s.transitions, s.malformed) == (1, 3, 0), s.problems
+    got = rows(tmp_path / "st")
+    assert [(json.loads(r["action"]).get("arguments"), r["obs"]) for r in got] == [
+        ({"city": "Paris"}, '{"temp": 20}'),
+        ({"city": "Rome"}, '{"temp": 25}'),
+        (None, "<tool_call>" * 50_000),
+    ]
