@@ -6,17 +6,22 @@
   ``localhost/harbor-<name>:<hash of the environment folder>``), or is the prebuilt image
   ``[environment] docker_image`` names, or ``--image`` replaces it (offline: the
   Dockerfile's base cannot be pulled);
-- the sandbox may write the Dockerfile's ``WORKDIR`` (filled with the image's content
+- the sandbox may write the Dockerfile's ``WORKDIR`` (read as Docker reads it,
+  ``workdir_of``; ``[environment] workdir`` replaces it; filled with the image's content
   there) and Harbor's ``/tests``, ``/solution`` and ``/logs`` (``extra.sandbox.writable``),
   on its quota disk;
 - after the episode the tests are copied in (the agent never sees them) and ``test.sh``
-  runs from the workdir; its ``reward.txt`` is the reward (``extra.reward_file``);
+  runs from the workdir (quoted in every command); its ``reward.txt`` is the reward
+  (``extra.reward_file``);
 - ``solution/solve.sh`` is the scripted solution (``actions``: every file of ``solution/``
   copied to ``/solution``, then ``solve.sh`` run from the workdir): the oracle policy is
   ``policy: {kind: scripted}``;
 - ``task.toml``'s timeouts and resources are honoured: ``[agent] timeout_sec`` (the
   episode), ``[verifier] timeout_sec``, ``[environment]`` ``cpus``, ``memory = "2G"`` or
-  ``memory_mb``, ``storage = "10G"`` or ``storage_mb`` (the disk quota).
+  ``memory_mb``, ``storage = "10G"`` or ``storage_mb`` (the disk quota). Each is checked
+  here (a finite positive number within what a machine has; a size with its unit; the two
+  spellings of one size agree, as Harbor requires), so a bad value is one ``ConfigError``
+  naming the file, the field and the value, never a suite that fails at collect time.
 
 A task folder comes from outside: every file of it that is read is a regular file inside
 the folder (``_file``), never through a symbolic link (a test file linked to a host's
@@ -26,8 +31,11 @@ secret would be copied into the sandbox), and at most ``MAX_FILE_BYTES``.
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
+import math
 import os
+import posixpath
 import re
 import shlex
 import stat
@@ -40,30 +48,212 @@ from schemas.errors import ConfigError
 HARBOR_DIRS = ("/tests", "/solution", "/logs")
 MAX_FILE_BYTES = 16 << 20  # a task's instruction, tests or solution: text, never this long
 MAX_BINARY_SOLUTION = 256 << 10  # a binary file of solution/ is typed into the shell as base64
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[kmgt])?\s*$", re.I)
+MAX_MEMORY_MB = 1 << 20  # 1 TiB: more than a sandbox's machine has
+MAX_STORAGE_MB = 64 << 20  # 64 TiB
+MAX_CPUS = 256.0  # the sandbox's own bound (``SandboxConfig.cpus``)
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?)?\s*$", re.I)
 _UNITS = {"": 1 / (1 << 20), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 
 
-def size_mb(value: Any, where: str) -> int:
-    """``"2G"``, ``"512M"``, ``"1.5GiB"`` or a number of bytes -> MiB."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return max(1, int(value / (1 << 20)))
-    m = _SIZE.match(value) if isinstance(value, str) else None
-    if not m:
+def size_mb(value: Any, where: str, most: int = MAX_MEMORY_MB) -> int:
+    """``"2G"``, ``"512M"``, ``"1.5GiB"`` -> MiB (K, M, G, T count in 1024s, as Harbor and
+    Docker read them). A number without a unit is bytes, as Docker reads it; one under 1 MiB
+    is refused as ambiguous: ``memory = 4096`` surely means MiB, written ``"4096M"`` or
+    ``memory_mb = 4096``. Under 1 MiB, over ``most`` MiB, NaN or infinite is refused."""
+    if isinstance(value, str) and (m := _SIZE.match(value)):
+        number, unit = float(m.group(1)), (m.group(2) or "")[:1].upper()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number, unit = float(value), ""
+    else:
         raise ConfigError(f"{where}: {value!r} is not a size such as 2G or 512M")
-    unit = (m.group(2) or "")[:1].upper()
-    return max(1, int(float(m.group(1)) * _UNITS[unit]))
+    if not math.isfinite(number) or number <= 0:
+        raise ConfigError(f"{where}: {value!r} is not a positive size such as 2G or 512M")
+    if not unit and number < 1 << 20:
+        raise ConfigError(
+            f"{where}: {value!r} has no unit and, as bytes (Docker's reading), is under 1 MiB: give the unit, such as '{value}M'"
+        )
+    mb = number * _UNITS[unit]
+    if mb < 1:
+        raise ConfigError(f"{where}: {value!r} is under 1 MiB")
+    if mb > most:
+        raise ConfigError(f"{where}: {value!r} is over {most >> 20} TiB")
+    return int(mb)
 
 
-def workdir_of(dockerfile: str) -> str:
-    """The last ``WORKDIR`` of a Dockerfile (absolute; ``/`` when there is none)."""
-    found = "/"
-    for line in dockerfile.splitlines():
-        parts = line.strip().split(None, 1)
-        if len(parts) == 2 and parts[0].upper() == "WORKDIR":
-            path = parts[1].strip().strip('"')
-            found = path if path.startswith("/") else f"{found.rstrip('/')}/{path}"
-    return found
+def _number(table: dict, key: str, where: str, most: float) -> float | None:
+    """A finite number in (0, ``most``], or None when the key is absent."""
+    v = table.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"{where} {key}: {v!r} is not a positive number")
+    if v > most:
+        raise ConfigError(f"{where} {key}: {v!r} is over {most:g}")
+    return float(v)
+
+
+def _whole_mb(table: dict, key: str, where: str, most: int) -> int | None:
+    """``memory_mb`` / ``storage_mb``: a whole number of MiB (Harbor's ``int``), or None."""
+    v = _number(table, key, where, most)
+    if v is not None and not v.is_integer():
+        raise ConfigError(f"{where} {key}: {table[key]!r} is not a whole number of MiB")
+    return None if v is None else int(v)
+
+
+def _size(env: dict, name: str, where: str, most: int) -> int | None:
+    """``memory`` / ``storage`` (a size with its unit) or ``memory_mb`` / ``storage_mb``; both
+    given must agree (Harbor refuses the two when they conflict)."""
+    text = size_mb(env[name], f"{where} {name}", most) if name in env else None
+    mb = _whole_mb(env, f"{name}_mb", where, most)
+    if text is not None and mb is not None and text != mb:
+        raise ConfigError(f"{where}: {name} = {env[name]!r} ({text} MiB) conflicts with {name}_mb = {env[f'{name}_mb']!r}")
+    return text if text is not None else mb
+
+
+# Dockerfile reading: enough of Docker's own parser to know the final stage's WORKDIR
+# (line continuations, comments, the escape directive, quotes, ARG/ENV defaults, stages).
+_DIRECTIVE = re.compile(r"#\s*([A-Za-z]+)\s*=\s*(\S+)\s*")
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:[-+])([^}$]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+_UNKNOWN = None  # a variable whose value this reading cannot know (it uses the base image's)
+
+
+def _instructions(dockerfile: str) -> tuple[list[tuple[str, str]], str]:
+    """A Dockerfile's instructions as ``(KEYWORD, arguments)`` and its escape character:
+    lines ending in the escape character joined to the next, comment and blank lines
+    inside an instruction dropped, as Docker's parser does."""
+    escape = "\\"
+    lines = dockerfile.splitlines()
+    for line in lines:  # parser directives: comment lines at the very top
+        m = _DIRECTIVE.fullmatch(line.strip())
+        if not m:
+            break
+        if m.group(1).lower() == "escape" and m.group(2) in ("\\", "`"):
+            escape = m.group(2)
+    found: list[tuple[str, str]] = []
+    pending: str | None = None
+    for line in lines:
+        if line.lstrip().startswith("#") or (pending is not None and not line.strip()):
+            continue  # a comment (also inside a continued instruction), a blank line inside one
+        if line.rstrip().endswith(escape):
+            pending = (pending or "") + line.rstrip()[:-1]
+            continue
+        text, pending = (pending or "") + line, None
+        if parts := text.strip().split(None, 1):
+            found.append((parts[0].upper(), parts[1].strip() if len(parts) == 2 else ""))
+    if pending and (parts := pending.strip().split(None, 1)):
+        found.append((parts[0].upper(), parts[1].strip() if len(parts) == 2 else ""))
+    return found, escape
+
+
+def _words(text: str, escape: str) -> list[str]:
+    """``text`` split at whitespace outside quotes, each word as written (quotes kept)."""
+    words, word, quote, i = [], "", None, 0
+    while i < len(text):
+        c = text[i]
+        if c == escape and quote != "'" and i + 1 < len(text):
+            word, i = word + text[i : i + 2], i + 2
+            continue
+        if quote is None and c.isspace():
+            words, word = ([*words, word] if word else words), ""
+        else:
+            quote = None if c == quote else (c if quote is None and c in "'\"" else quote)
+            word += c
+        i += 1
+    return [*words, word] if word else words
+
+
+def _expand(text: str, variables: dict[str, str | None], escape: str, where: str) -> str:
+    """One Dockerfile word as Docker reads it: quotes removed, escapes and ``$VAR``,
+    ``${VAR}``, ``${VAR:-word}``, ``${VAR:+word}`` expanded from ``variables``; one missing
+    there or ``_UNKNOWN`` (the base image's) is refused."""
+    out, quote, i = [], None, 0
+    while i < len(text):
+        c = text[i]
+        if quote == "'":
+            quote, i = (None if c == "'" else quote), i + 1
+            out += [] if c == "'" else [c]
+            continue
+        if c == escape and i + 1 < len(text):
+            kept = quote == '"' and text[i + 1] not in ('"', "$", escape)
+            out += [c, text[i + 1]] if kept else [text[i + 1]]
+            i += 2
+            continue
+        if (quote is None and c in "'\"") or (quote == '"' and c == '"'):
+            quote, i = (c if quote is None else None), i + 1
+            continue
+        if c == "$" and i + 1 < len(text) and (text[i + 1] == "{" or text[i + 1].isalpha() or text[i + 1] == "_"):
+            m = _VAR.match(text, i)
+            if not m:
+                raise ConfigError(f"{where}: a ${{...}} form this reading does not expand")
+            name, op, word = m.group(1) or m.group(4), m.group(2), m.group(3)
+            value = variables.get(name, _UNKNOWN)
+            if value is _UNKNOWN:
+                raise ConfigError(f"{where}: ${name} is not set in the Dockerfile (the base image's value is not known here)")
+            if op == ":-":
+                value = value or word
+            elif op == ":+":
+                value = word if value else ""
+            out.append(value)
+            i = m.end()
+            continue
+        out.append(c)
+        i += 1
+    if quote:
+        raise ConfigError(f"{where}: an unclosed quote")
+    return "".join(out)
+
+
+def _path(value: str, current: str, where: str) -> str:
+    """``value`` (absolute, or relative to ``current``) made a clean absolute path, as
+    Docker joins a relative WORKDIR to the one before it."""
+    if not value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ConfigError(f"{where}: {value!r} is not a folder path")
+    path = posixpath.normpath(posixpath.join(current, value))
+    return "/" + path.lstrip("/")
+
+
+def workdir_of(dockerfile: str, where: str = "Dockerfile") -> str:
+    """The final stage's ``WORKDIR`` of a Dockerfile, as an absolute path (``/`` when there
+    is none): quotes and escapes removed, ``ARG``/``ENV`` values expanded, a relative one
+    joined to the one before it, a stage built ``FROM`` an earlier one starting from its
+    workdir. What this reading cannot know is a ``ConfigError`` naming ``where``: the JSON
+    form (Docker does not read it as a path), a variable the Dockerfile does not set (the
+    base image's). An ``ARG`` without a default is empty, as in a build without arguments."""
+    instructions, escape = _instructions(dockerfile)
+    stages: dict[str, tuple[str, dict[str, str | None]]] = {}
+    global_args: dict[str, str | None] = {}
+    workdir, env, args, stage, in_stage = "/", {}, {}, "", False
+    for keyword, rest in instructions:
+        if keyword == "FROM":
+            if stage:
+                stages[stage] = (workdir, env)
+            words = [w for w in _words(rest, escape) if not w.startswith("--")]
+            workdir, env = stages.get(words[0].lower() if words else "", ("/", {}))
+            env, args, in_stage = dict(env), {}, True
+            stage = words[2].lower() if len(words) >= 3 and words[1].lower() == "as" else ""
+        elif keyword in ("ARG", "ENV"):
+            known = {**args, **env} if in_stage else global_args
+            table = env if keyword == "ENV" else (args if in_stage else global_args)
+            words = _words(rest, escape)
+            pairs = [w.partition("=") for w in words]
+            if keyword == "ENV" and words and not pairs[0][1]:  # the old form: ENV NAME value with spaces
+                pairs = [(words[0], "=", rest.split(None, 1)[1] if len(words) > 1 else "")]
+            for name, eq, raw in pairs:
+                if not eq:  # ARG NAME: the global default if there is one, else empty (no build arguments)
+                    table[name] = global_args.get(name) if in_stage and name in global_args else ""
+                    continue
+                try:
+                    table[name] = _expand(raw, known, escape, where)
+                except ConfigError:
+                    table[name] = _UNKNOWN  # an error only where WORKDIR uses it
+        elif keyword == "WORKDIR":
+            line = f"{where}: WORKDIR {rest}"
+            if rest.startswith("["):
+                raise ConfigError(f"{line}: the JSON form is not a path Docker reads")
+            workdir = _path(_expand(rest, {**args, **env}, escape, line), workdir, line)
+    return workdir
 
 
 def _file(path: Path, root: Path, where: str) -> bytes:
@@ -90,8 +280,9 @@ def _file(path: Path, root: Path, where: str) -> bytes:
 
 
 def _text(path: Path, where: str, root: Path) -> str:
+    """A file of the task as UTF-8 text, a byte order mark at its start dropped."""
     try:
-        return _file(path, root, where).decode("utf-8")
+        return _file(path, root, where).decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise ConfigError(f"{where}: not UTF-8 text") from None
 
@@ -112,13 +303,13 @@ def _table(config: dict, name: str, where: str) -> dict:
     return value
 
 
-def _number(table: dict, key: str, where: str) -> float | None:
-    v = table.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise ConfigError(f"{where}: {key} = {v!r} is not a positive number")
-    return float(v)
+def _plain(value: Any) -> Any:
+    """TOML's dates and times as ISO text: the suite is JSON, which has neither."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.isoformat() if isinstance(value, datetime.date | datetime.time) else value
 
 
 def build_image(folder: Path, name: str, log=print) -> str:
@@ -154,26 +345,34 @@ def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = T
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}/task.toml: not TOML ({exc})") from None
     instruction = _text(folder / "instruction.md", f"{where}/instruction.md", folder).strip()
+    if not instruction:
+        raise ConfigError(f"{where}/instruction.md: empty (the agent would have no task)")
     dockerfile = _text(folder / "environment" / "Dockerfile", f"{where}/environment/Dockerfile", folder)
     test_sh = folder / "tests" / "test.sh"
     if not test_sh.is_file():
         raise ConfigError(f"{where}/tests/test.sh: missing")
-    env, agent, verifier = (_table(config, t, f"{where}/task.toml") for t in ("environment", "agent", "verifier"))
+    toml = f"{where}/task.toml"
+    env, agent, verifier = (_table(config, t, toml) for t in ("environment", "agent", "verifier"))
     sandbox: dict[str, Any] = {}
-    if "memory" in env or "memory_mb" in env:
-        sandbox["memory_mb"] = (
-            size_mb(env["memory"], f"{where}/task.toml memory") if "memory" in env else int(_number(env, "memory_mb", where))
-        )
-    if "storage" in env or "storage_mb" in env:
-        sandbox["disk_mb"] = (
-            size_mb(env["storage"], f"{where}/task.toml storage") if "storage" in env else int(_number(env, "storage_mb", where))
-        )
-    cpus = _number(env, "cpus", f"{where}/task.toml")
+    for key, field, most in (("memory_mb", "memory", MAX_MEMORY_MB), ("disk_mb", "storage", MAX_STORAGE_MB)):
+        mb = _size(env, field, f"{toml} [environment]", most)
+        if mb is not None:
+            sandbox[key] = mb
+    cpus = _number(env, "cpus", f"{toml} [environment]", MAX_CPUS)
     if cpus is not None:
         sandbox["cpus"] = cpus
-    workdir = workdir_of(dockerfile)
+    episode_timeout = _number(agent, "timeout_sec", f"{toml} [agent]", MAX_TIMEOUT_S)
+    verify_timeout = _number(verifier, "timeout_sec", f"{toml} [verifier]", MAX_TIMEOUT_S)
+    if "workdir" in env:  # Harbor's own override of the image's WORKDIR
+        if not isinstance(env["workdir"], str) or not env["workdir"].startswith("/"):
+            raise ConfigError(f"{toml} [environment] workdir: {env['workdir']!r} is not an absolute path")
+        workdir = _path(env["workdir"], "/", f"{toml} [environment] workdir")
+    else:
+        workdir = workdir_of(dockerfile, f"{where}/environment/Dockerfile")
     sandbox["writable"] = sorted({*HARBOR_DIRS, *([workdir] if workdir != "/" else [])})
-    prebuilt = env.get("docker_image") if isinstance(env.get("docker_image"), str) and env.get("docker_image") else None
+    prebuilt = env.get("docker_image")
+    if prebuilt is not None and not (isinstance(prebuilt, str) and _IMAGE.fullmatch(prebuilt)):
+        raise ConfigError(f"{toml} [environment] docker_image: {prebuilt!r} is not an image name")
     sandbox["image"] = image or prebuilt or (build_image(folder, name, log) if build else f"localhost/harbor-{name}")
     verify_files = {}
     for p in _files(folder / "tests", folder):
@@ -188,9 +387,12 @@ def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = T
     if solve.is_file() or solve.is_symlink():
         _text(solve, str(solve), folder)  # it must be text
         actions = [_copy_action(p, folder) for p in _files(folder / "solution", folder)]
-        agent_timeout = _number(agent, "timeout_sec", where) or 600.0
         actions.append(
-            {"action": "run", "command": f"cd {workdir} && bash /solution/solve.sh", "timeout": min(agent_timeout, 3600.0)}
+            {
+                "action": "run",
+                "command": f"cd {shlex.quote(workdir)} && bash /solution/solve.sh",
+                "timeout": min(episode_timeout or 600.0, 3600.0),
+            }
         )
     extra: dict[str, Any] = {
         "source": "harbor",
@@ -200,19 +402,18 @@ def harbor_task(folder: str | Path, *, image: str | None = None, build: bool = T
         "verify_files": verify_files,
         "reward_file": "/logs/verifier/reward.txt",
     }
-    for key, table, field in (("episode_timeout_s", agent, "timeout_sec"), ("verify_timeout_s", verifier, "timeout_sec")):
-        value = _number(table, field, f"{where}/task.toml")
+    for key, value in (("episode_timeout_s", episode_timeout), ("verify_timeout_s", verify_timeout)):
         if value is not None:
             extra[key] = value
-    metadata = _table(config, "metadata", f"{where}/task.toml")
+    metadata = _table(config, "metadata", toml)
     if metadata:
-        extra["metadata"] = metadata
+        extra["metadata"] = _plain(metadata)
     return {
         "id": f"harbor/{name}",
         "domain": "terminal",
         "env_id": f"harbor-{name}",
         "instruction": instruction,
-        "check": f"rm -rf /logs/verifier && mkdir -p /logs/verifier && cd {workdir} && bash /tests/test.sh",
+        "check": f"rm -rf /logs/verifier && mkdir -p /logs/verifier && cd {shlex.quote(workdir)} && bash /tests/test.sh",
         "actions": actions,
         "extra": extra,
     }

@@ -19,6 +19,12 @@ SWE-smith's rows (``repo`` under ``swesmith/``, its mirrors) turn ``patch`` arou
 the diff that introduced the bug, which ``base_commit`` (the instance's branch) already
 holds, and their tests are in the repository (no ``test_patch``); their oracle applies
 ``patch`` in reverse.
+
+Rows come from outside and their values reach ``git`` and the host's folders, so each is
+checked here, a bad one a ``ConfigError`` naming the row and the field: ``repo`` is a plain
+``owner/name`` whose mirror lies inside ``--repos``; ``base_commit`` is a commit id (hex),
+and the SWE-smith branch used in its place a plain branch name; ``null`` is a missing value,
+as in Parquet.
 """
 
 from __future__ import annotations
@@ -35,11 +41,18 @@ from schemas.record_files import Problem, records
 
 EVAL_DIR = "/tmp/trajforge-eval"
 GOLD = ".trajforge-gold.patch"  # where the oracle writes the gold patch, in the repository
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
+_REPO = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*/[A-Za-z0-9_.][A-Za-z0-9_.-]*")
+_COMMIT = re.compile(r"[0-9a-fA-F]{7,40}|[0-9a-fA-F]{64}")  # SHA-1, abbreviated or whole; SHA-256
+# A branch git takes and never reads as an option: git's ref-name rules, conservatively
+_BRANCH = re.compile(r"(?!.*\.\.)(?!.*//)(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9_][A-Za-z0-9_./+=-]*(?<![./])")
 
 
 def _tests(row: dict, key: str, where: str) -> list[str]:
-    value = row.get(key, [])
+    value = row.get(key)
+    if value is None:  # missing, or null (Parquet drops nulls: the same)
+        return []
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else []
@@ -55,6 +68,37 @@ def _need_str(row: dict, key: str, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{where}: {key} is missing or not a string")
     return value
+
+
+def _opt_str(row: dict, key: str, where: str) -> str | None:
+    """A string field that may be missing (or null); any other type is an error."""
+    value = row.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{where}: {key} is {type(value).__name__} {value!r:.80}, not a string")
+    return value
+
+
+def check_repo(repo: str, where: str) -> str:
+    """``repo`` as a plain ``owner/name`` (it names a folder under ``--repos`` and a URL)."""
+    if not _REPO.fullmatch(repo) or ".." in repo or repo.endswith("/."):
+        raise ConfigError(f"{where}: repo {repo!r:.80} is not a plain owner/name (letters, digits, '.', '_', '-')")
+    return repo
+
+
+def base_of(row: dict, instance: str, smith: bool, where: str) -> str:
+    """The commit to check out: ``base_commit`` (a hex commit id), or for a SWE-smith row
+    without one the branch named by the instance (a plain branch name); never something
+    git would read as an option."""
+    base = _opt_str(row, "base_commit", where)
+    if base:
+        if not _COMMIT.fullmatch(base):
+            raise ConfigError(f"{where}: base_commit {base!r:.80} is not a commit id (7 to 40 hex digits, or 64)")
+        return base
+    if not smith:
+        raise ConfigError(f"{where}: base_commit is missing (only SWE-smith rows check out the instance's branch)")
+    if not _BRANCH.fullmatch(instance):
+        raise ConfigError(f"{where}: instance_id {instance!r:.80} is not a branch name to check out (no base_commit)")
+    return instance
 
 
 def style_of(repo: str) -> str:
@@ -77,13 +121,19 @@ def test_command(style: str, files: list[str]) -> str:
     return f"python3 -m pytest -rA -p no:cacheprovider {quoted}"
 
 
-def local_mirror(repos: Path | None, repo: str) -> str | None:
+def local_mirror(repos: Path | None, repo: str, where: str = "row") -> str | None:
+    """The git working copy for ``repo`` (a checked ``owner/name``) under ``repos``, or None.
+    It must lie inside ``repos`` once links are resolved: its files go into the sandbox."""
     if repos is None:
         return None
-    owner, _, name = repo.partition("/")
+    owner, _, name = check_repo(repo, where).partition("/")
+    root = repos.resolve()
     for candidate in (repos / f"{owner}__{name}", repos / name, repos / owner / name):
         if (candidate / ".git").exists():
-            return str(candidate.resolve())
+            real = candidate.resolve()
+            if not real.is_relative_to(root) or real == root:
+                raise ConfigError(f"{where}: repo {repo!r}: the mirror {candidate} is {real}, outside --repos {repos}")
+            return str(real)
     return None
 
 
@@ -91,15 +141,18 @@ def swebench_task(row: Any, where: str, *, repos: Path | None = None, eval_timeo
     if not isinstance(row, dict):
         raise ConfigError(f"{where}: expected a JSON object, got {type(row).__name__}")
     instance = _need_str(row, "instance_id", where)
-    repo = _need_str(row, "repo", where)
-    base = row.get("base_commit") or instance
-    if not isinstance(base, str):
-        raise ConfigError(f"{where}: base_commit is not a string")
-    gold = row.get("patch") or ""
+    repo = check_repo(_need_str(row, "repo", where), where)
     smith = repo.startswith("swesmith/")  # patch introduced the bug base_commit holds: the fix is its reverse
-    test_patch = row.get("test_patch") or ""
-    if not isinstance(gold, str) or not isinstance(test_patch, str):
-        raise ConfigError(f"{where}: patch and test_patch must be strings")
+    base = base_of(row, instance, smith, where)
+    gold = _opt_str(row, "patch", where) or ""
+    test_patch = _opt_str(row, "test_patch", where) or ""
+    if not smith and not test_patch.strip():
+        raise ConfigError(f"{where}: test_patch is missing (it adds the FAIL_TO_PASS tests; only SWE-smith rows have none)")
+    problem = _opt_str(row, "problem_statement", where)
+    image_name = _opt_str(row, "image_name", where)
+    if image_name and not _IMAGE.fullmatch(image_name):
+        raise ConfigError(f"{where}: image_name {image_name!r:.80} is not an image name")
+    test_cmd = _opt_str(row, "test_cmd", where)
     f2p, p2p = _tests(row, "FAIL_TO_PASS", where), _tests(row, "PASS_TO_PASS", where)
     if not f2p:
         raise ConfigError(f"{where}: FAIL_TO_PASS is empty: nothing would tell success from failure")
@@ -108,7 +161,7 @@ def swebench_task(row: Any, where: str, *, repos: Path | None = None, eval_timeo
     run = files
     if style == "pytest":  # pytest ids name their files: a PASS_TO_PASS test elsewhere runs too
         run = list(dict.fromkeys([*files, *(t.split("::", 1)[0] for t in f2p + p2p if "::" in t)]))
-    command = row.get("test_cmd") if isinstance(row.get("test_cmd"), str) else test_command(style, run)
+    command = test_cmd or test_command(style, run)
     spec = {
         "repo_dir": REPO,
         "base_commit": base,
@@ -124,7 +177,7 @@ def swebench_task(row: Any, where: str, *, repos: Path | None = None, eval_timeo
     extra: dict[str, Any] = {
         "source": "swebench",
         "source_id": instance,
-        "repo": local_mirror(repos, repo) or f"https://github.com/{repo}.git",
+        "repo": local_mirror(repos, repo, where) or f"https://github.com/{repo}.git",
         "base_commit": base,
         "verify_files": {
             f"{EVAL_DIR}/eval.py": evaluator,
@@ -135,8 +188,8 @@ def swebench_task(row: Any, where: str, *, repos: Path | None = None, eval_timeo
         "fail_to_pass": f2p,
         "pass_to_pass": p2p,
     }
-    if isinstance(row.get("image_name"), str):
-        extra["sandbox"] = {"image": row["image_name"]}
+    if image_name:
+        extra["sandbox"] = {"image": image_name}
     for key in ("version", "created_at"):
         if isinstance(row.get(key), str):
             extra[key] = row[key]
@@ -154,7 +207,7 @@ def swebench_task(row: Any, where: str, *, repos: Path | None = None, eval_timeo
         "id": f"swebench/{instance}",
         "domain": "swe",
         "env_id": repo.replace("/", "__"),
-        "instruction": row.get("problem_statement") if isinstance(row.get("problem_statement"), str) else f"Resolve {instance}.",
+        "instruction": problem if problem and problem.strip() else f"Resolve {instance}.",  # SWE-smith rows may have none
         "check": f"python3 {EVAL_DIR}/eval.py",
         "actions": actions,
         "extra": extra,

@@ -366,3 +366,254 @@ def test_imported_suites_and_rows_decontaminate_by_source_id(tmp_path):
     ]:
         assert index.contamination([replace(t[0], task_id=task_id)]) == ("contaminated_task", said)
     assert index.contamination([replace(t[0], task_id="something-else", instruction="unrelated words")]) is None
+
+
+def _harbor_copy(tmp_path: Path, toml: str | None = None, dockerfile: str | None = None) -> Path:
+    """The hello-world fixture task, its task.toml's [environment] or Dockerfile replaced."""
+    import shutil
+
+    task = tmp_path / "task"
+    shutil.copytree(AGENT_DATA / "harbor_tasks" / "hello-world", task)
+    if toml is not None:
+        (task / "task.toml").write_text(toml)
+    if dockerfile is not None:
+        (task / "environment" / "Dockerfile").write_text(dockerfile)
+    return task
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [
+        ("[environment]\nmemory = nan", "[environment] memory: nan is not a positive size"),
+        ("[environment]\nmemory = inf", "[environment] memory: inf is not a positive size"),
+        ("[environment]\nmemory = -4096", "[environment] memory: -4096 is not a positive size"),
+        ("[environment]\nmemory = 4096", "[environment] memory: 4096 has no unit"),  # MiB or bytes? refused
+        ("[environment]\nmemory = '4096'", "[environment] memory: '4096' has no unit"),
+        ("[environment]\nmemory = '99999999999T'", "[environment] memory: '99999999999T' is over 1 TiB"),
+        ("[environment]\nmemory = '2T'", "[environment] memory: '2T' is over 1 TiB"),
+        ("[environment]\nmemory = '512K'", "[environment] memory: '512K' is under 1 MiB"),
+        ("[environment]\nmemory = true", "[environment] memory: True is not a size"),
+        ("[environment]\nmemory = [1]", "[environment] memory: [1] is not a size"),
+        ("[environment]\nmemory_mb = 0.5", "[environment] memory_mb: 0.5 is not a whole number of MiB"),
+        ("[environment]\nmemory_mb = 0", "[environment] memory_mb: 0 is not a positive number"),
+        ("[environment]\nmemory_mb = '1024'", "[environment] memory_mb: '1024' is not a positive number"),
+        ("[environment]\nmemory_mb = nan", "[environment] memory_mb: nan is not a positive number"),
+        ("[environment]\nmemory = '1G'\nmemory_mb = 4096", "memory = '1G' (1024 MiB) conflicts with memory_mb = 4096"),
+        ("[environment]\nstorage = '10G'\nstorage_mb = 1", "storage = '10G' (10240 MiB) conflicts with storage_mb = 1"),
+        ("[environment]\nstorage_mb = -1", "[environment] storage_mb: -1 is not a positive number"),
+        ("[environment]\ncpus = nan", "[environment] cpus: nan is not a positive number"),
+        ("[environment]\ncpus = inf", "[environment] cpus: inf is not a positive number"),
+        ("[environment]\ncpus = 0", "[environment] cpus: 0 is not a positive number"),
+        ("[environment]\ncpus = 1e9", "[environment] cpus: 1000000000.0 is over 256"),
+        ("[environment]\ncpus = '2'", "[environment] cpus: '2' is not a positive number"),
+        ("[environment]\ncpus = true", "[environment] cpus: True is not a positive number"),
+        ("[agent]\ntimeout_sec = nan", "[agent] timeout_sec: nan is not a positive number"),
+        ("[agent]\ntimeout_sec = inf", "[agent] timeout_sec: inf is not a positive number"),
+        ("[agent]\ntimeout_sec = 1e308", "[agent] timeout_sec: 1e+308 is over 604800"),
+        ("[agent]\ntimeout_sec = -5", "[agent] timeout_sec: -5 is not a positive number"),
+        ("[agent]\ntimeout_sec = '600'", "[agent] timeout_sec: '600' is not a positive number"),
+        ("[verifier]\ntimeout_sec = 0", "[verifier] timeout_sec: 0 is not a positive number"),
+        ("[environment]\ndocker_image = 5", "[environment] docker_image: 5 is not an image name"),
+        ("[environment]\ndocker_image = ''", "[environment] docker_image: '' is not an image name"),
+        ("[environment]\nworkdir = 'app'", "[environment] workdir: 'app' is not an absolute path"),
+    ],
+)
+def test_harbor_bad_task_toml_values_are_one_line_naming_file_field_and_value(tmp_path, toml, said):
+    """NaN, infinity, a negative, zero, a huge value, a bool or a string where a number
+    goes: one ConfigError naming task.toml, the field and the value (it was a ValueError or
+    OverflowError traceback, or a NaN written into the suite)."""
+    task = _harbor_copy(tmp_path, toml)
+    with pytest.raises(ConfigError) as info:
+        harbor_task(task, image="img")
+    message = str(info.value)
+    assert message.startswith(f"{task}/task.toml") and said in message and len(message.splitlines()) == 1
+
+
+def test_harbor_nan_memory_is_one_line_at_the_front_door(tmp_path):
+    task = _harbor_copy(tmp_path, "[environment]\nmemory = nan\n")
+    out = tmp_path / "s.jsonl"
+    r = cli("tasks", "import", "harbor", str(task), "--out", str(out), "--image", "x", check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "task.toml [environment] memory: nan" in r.stderr and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("environment", "sandbox"),
+    [
+        ("memory = '2G'", {"memory_mb": 2048}),
+        ("memory = '512M'", {"memory_mb": 512}),
+        ("memory = '2GB'", {"memory_mb": 2048}),
+        ("memory = '1.5G'", {"memory_mb": 1536}),
+        ("memory = '2gib'", {"memory_mb": 2048}),
+        ("memory = 2147483648", {"memory_mb": 2048}),  # no unit: bytes, as Docker reads it
+        ("memory_mb = 4096", {"memory_mb": 4096}),
+        ("memory_mb = 4096.0", {"memory_mb": 4096}),
+        ("memory = '4G'\nmemory_mb = 4096", {"memory_mb": 4096}),  # both, agreeing (Harbor accepts)
+        ("storage = '10G'\nstorage_mb = 10240\ncpus = 0.5", {"disk_mb": 10240, "cpus": 0.5}),
+    ],
+)
+def test_harbor_sizes_in_every_spelling(tmp_path, environment, sandbox):
+    body = harbor_task(_harbor_copy(tmp_path, f"[environment]\n{environment}\n"), image="img")
+    assert {k: body["extra"]["sandbox"][k] for k in sandbox} == sandbox
+    json.dumps(body, allow_nan=False)  # nothing that is not JSON
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "workdir"),
+    [
+        ("FROM x\nWORKDIR /srv\nWORKDIR app\n", "/srv/app"),  # relative: joined to the one before
+        ("FROM x\nWORKDIR app\nWORKDIR ../../etc\n", "/etc"),
+        ("FROM x\nWORKDIR /a\nWORKDIR /b\n", "/b"),  # the last wins
+        ('FROM x\nWORKDIR "/my app"\n', "/my app"),
+        ("FROM x\nWORKDIR '/my app'\n", "/my app"),
+        ("FROM x\nWORKDIR /a b\n", "/a b"),
+        ("FROM x\nWORKDIR /a\\ b\n", "/a b"),
+        ("FROM x\nWORKDIR \\\n  # a comment\n\n  /app\n", "/app"),  # continued over lines
+        ("# escape=`\nFROM x\nWORKDIR `\n  /win\n", "/win"),
+        ("FROM x\nENV APP=/srv\nWORKDIR $APP\n", "/srv"),
+        ("FROM x\nENV APP /old form\nWORKDIR ${APP}/src\n", "/old form/src"),
+        ("FROM x\nARG APP=/opt/app\nWORKDIR ${APP}\n", "/opt/app"),
+        ("ARG ROOT=/g\nFROM x\nARG ROOT\nWORKDIR $ROOT/w\n", "/g/w"),  # a global ARG's default
+        ("FROM x\nARG V\nWORKDIR ${V:-/fallback}\n", "/fallback"),
+        ("FROM x AS build\nWORKDIR /build\nFROM build\nWORKDIR sub\n", "/build/sub"),  # from an earlier stage
+        ("FROM x AS build\nWORKDIR /build\nFROM y\nRUN true\n", "/"),  # the final stage's, not the builder's
+        ("FROM x\nworkdir //a//b/\n", "/a/b"),
+        ("FROM x\n", "/"),
+    ],
+)
+def test_workdir_of_reads_the_dockerfile_as_docker_does(dockerfile, workdir):
+    assert workdir_of(dockerfile) == workdir
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "said"),
+    [
+        ("FROM x\nWORKDIR $APP\n", "WORKDIR $APP: $APP is not set in the Dockerfile"),  # was /$APP
+        ("FROM x\nWORKDIR /app;touch${IFS}/tmp/pwned\n", "$IFS is not set in the Dockerfile"),
+        ('FROM x\nWORKDIR ["/app"]\n', "the JSON form is not a path Docker reads"),
+        ("FROM x\nWORKDIR ${X?oops}\n", "a ${...} form this reading does not expand"),
+        ('FROM x\nWORKDIR "/unclosed\n', "an unclosed quote"),
+    ],
+)
+def test_workdir_of_refuses_what_it_cannot_know(dockerfile, said):
+    with pytest.raises(ConfigError, match=r"^Dockerfile: WORKDIR ") as info:
+        workdir_of(dockerfile)
+    assert said in str(info.value)
+
+
+def test_harbor_workdir_is_quoted_in_every_command(tmp_path):
+    """A workdir with a space or a ';' is one argument of ``cd``, never a second command."""
+    for dockerfile, workdir, cd in [
+        ('FROM x\nWORKDIR "/my app"\n', "/my app", "cd '/my app' && "),
+        ("FROM x\nWORKDIR /app;touch x\n", "/app;touch x", "cd '/app;touch x' && "),
+    ]:
+        body = harbor_task(_harbor_copy(tmp_path / workdir.replace("/", "_"), dockerfile=dockerfile), image="img")
+        assert body["extra"]["workdir"] == workdir and workdir in body["extra"]["sandbox"]["writable"]
+        assert f"{cd}bash /tests/test.sh" in body["check"]
+        assert body["actions"][-1]["command"] == f"{cd}bash /solution/solve.sh"
+    task = _harbor_copy(tmp_path / "var", dockerfile="FROM x\nWORKDIR $APP\n")
+    with pytest.raises(ConfigError, match=r"environment/Dockerfile: WORKDIR \$APP: \$APP is not set"):
+        harbor_task(task, image="img")
+    (task / "task.toml").write_text("[environment]\nworkdir = '/srv/./x/'\n")  # Harbor's override of the image's
+    assert harbor_task(task, image="img")["extra"]["workdir"] == "/srv/x"
+
+
+def test_harbor_metadata_dates_are_iso_text(tmp_path):
+    """TOML has dates and times, JSON has not: writing the suite was a TypeError traceback."""
+    from collectors.suites import write_suite
+
+    toml = "[metadata]\ncreated = 2024-01-02\nat = 07:32:00\nwhen = 2024-01-02T03:04:05Z\n"
+    body = harbor_task(_harbor_copy(tmp_path, toml), image="img")
+    assert body["extra"]["metadata"] == {"created": "2024-01-02", "at": "07:32:00", "when": "2024-01-02T03:04:05+00:00"}
+    write_suite([body], tmp_path / "s.jsonl")
+
+
+def test_harbor_instruction_bom_dropped_and_empty_refused(tmp_path):
+    task = _harbor_copy(tmp_path)
+    (task / "instruction.md").write_bytes(b"\xef\xbb\xbfHello\n")
+    assert harbor_task(task, image="img")["instruction"] == "Hello"
+    (task / "instruction.md").write_text("  \n\n")
+    with pytest.raises(ConfigError, match=r"instruction\.md: empty"):
+        harbor_task(task, image="img")
+
+
+def _swe_row(**changes) -> dict:
+    """The pytest row of the SWE-bench Lite fixture, with ``changes`` (``...`` removes a key)."""
+    row = next(r for _, r in rows_of(AGENT_DATA / "swebench" / "swe-bench-lite-test.json") if r["repo"] == "pytest-dev/pytest")
+    row = dict(row)
+    for key, value in changes.items():
+        if value is ...:
+            row.pop(key, None)
+        else:
+            row[key] = value
+    return row
+
+
+@pytest.mark.parametrize(
+    "repo", ["a//tmp/x", "../fake_repo", "../../etc", "a/..", "a/.", "/abs/path", "-o/x", "a/b/c", "a", "a/", "/x", "a b/c"]
+)
+def test_swebench_repo_is_a_plain_owner_name(tmp_path, repo):
+    (tmp_path / "repos").mkdir()
+    with pytest.raises(ConfigError, match=r"^row 3: repo .* is not a plain owner/name"):
+        swebench_task(_swe_row(repo=repo), "row 3", repos=tmp_path / "repos")
+
+
+def test_swebench_mirror_stays_inside_repos(tmp_path):
+    """``repo: a//tmp/x`` or ``../x`` reached a host folder outside --repos (its files, .git
+    included, would be tarred into the sandbox); a mirror linked from outside is refused too."""
+    repos, outside = tmp_path / "repos", tmp_path / "outside"
+    (outside / "fake_repo" / ".git").mkdir(parents=True)
+    (repos / "acme__calc" / ".git").mkdir(parents=True)
+    for repo in (f"a/{outside}/fake_repo", "../fake_repo", "repos/../outside"):
+        with pytest.raises(ConfigError, match=r"^r: repo "):
+            swebench_task(_swe_row(repo=repo), "r", repos=repos)
+    assert swebench_task(_swe_row(repo="acme/calc"), "r", repos=repos)["extra"]["repo"] == str((repos / "acme__calc").resolve())
+    (repos / "pytest-dev__pytest").symlink_to(outside / "fake_repo", target_is_directory=True)
+    with pytest.raises(ConfigError, match=r"^r: repo 'pytest-dev/pytest': the mirror .* outside --repos"):
+        swebench_task(_swe_row(), "r", repos=repos)
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"base_commit": "-b"}, "base_commit '-b' is not a commit id"),
+        ({"base_commit": "--orphan=x"}, "base_commit '--orphan=x' is not a commit id"),
+        ({"base_commit": "main"}, "base_commit 'main' is not a commit id"),
+        ({"base_commit": "abc12"}, "base_commit 'abc12' is not a commit id"),  # too short
+        ({"base_commit": 12345}, "base_commit is int 12345, not a string"),
+        ({"base_commit": ...}, "base_commit is missing (only SWE-smith rows"),  # was the instance id, a branch
+        ({"base_commit": None}, "base_commit is missing"),
+        ({"test_patch": ...}, "test_patch is missing"),
+        ({"test_patch": ""}, "test_patch is missing"),
+        ({"problem_statement": 5}, "problem_statement is int 5, not a string"),  # was "Resolve ..."
+        ({"image_name": 5}, "image_name is int 5, not a string"),  # was silently dropped
+        ({"image_name": "-evil"}, "image_name '-evil' is not an image name"),
+        ({"patch": 5}, "patch is int 5, not a string"),
+        ({"test_cmd": ["pytest"]}, "test_cmd is list"),
+        ({"FAIL_TO_PASS": None}, "FAIL_TO_PASS is empty"),
+    ],
+)
+def test_swebench_row_values_are_checked_and_named(changes, said):
+    with pytest.raises(ConfigError) as info:
+        swebench_task(_swe_row(**changes), "rows.json: item 2")
+    assert str(info.value).startswith("rows.json: item 2: ") and said in str(info.value)
+
+
+def test_swebench_commit_ids_nulls_and_swe_smith_branches():
+    for commit in ("6995257", "6995257cf470d2143ad1683824962de4071c0eb7", "ab" * 32):
+        assert swebench_task(_swe_row(base_commit=commit), "r")["extra"]["base_commit"] == commit
+    # null is missing, from JSON as from Parquet (which drops nulls): an empty PASS_TO_PASS
+    assert swebench_task(_swe_row(PASS_TO_PASS=None), "r") == swebench_task(_swe_row(PASS_TO_PASS=...), "r")
+    assert swebench_task(_swe_row(image_name=None, problem_statement=None), "r")["instruction"].startswith("Resolve ")
+    smith = {
+        "instance_id": "oauthlib__oauthlib.1fd52536.combine_file__09vlzwgc",
+        "repo": "swesmith/oauthlib__oauthlib.1fd52536",
+        "patch": "diff --git a/x.py b/x.py\n",
+        "FAIL_TO_PASS": ["tests/test_x.py::test_a"],
+        "image_name": "jyangballin/swesmith.x86_64.oauthlib_1776_oauthlib.1fd52536",
+    }
+    task = swebench_task(smith, "r")  # no base_commit: the instance's branch
+    assert task["extra"]["base_commit"] == smith["instance_id"] and task["extra"]["sandbox"]["image"] == smith["image_name"]
+    for branch in ("-b", "--orphan=x", "a..b", "x.lock", "a/.hidden", "a b", "x/"):
+        with pytest.raises(ConfigError, match=r"^r: instance_id .* is not a branch name"):
+            swebench_task(smith | {"instance_id": branch}, "r")
