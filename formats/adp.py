@@ -13,8 +13,8 @@ some converters wrote them) are unquoted.
 
 Out: ``export`` writes one ADP trajectory per line: our actions as ``api_action`` (our
 kind as the function, its arguments as kwargs), our observations as ``text_observation``
-(source environment), the instruction first (source user), and ``details.trajforge``
-with what a round trip needs.
+(source environment; the first state's source user), a page (``a11y_tree``, ``html``) as
+a ``web_observation``, and ``details.trajforge`` with what a round trip needs.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from formats.episode import Episode, Step, as_text, canonical_action, image_text, loads, need, ours_of
-from schemas.transition import Action, Transition, canonical_json
+from schemas.transition import Action, Observation, Transition, canonical_json
 
 NAME = "adp"
 ONE_FILE_PER_TRAJECTORY = False
@@ -84,18 +84,24 @@ def _action(item: dict, where: str, web: bool) -> Action:
     return Action.make("message", raw=text, text=text)
 
 
-def _observation(item: dict) -> tuple[str, bool]:
-    """An observation's text and whether it is a web page."""
+def _observation(item: dict) -> tuple[str, str]:
+    """An observation's text and its kind: a web page's accessibility tree (``a11y_tree``),
+    else its HTML (``html``); anything else ``text``."""
     kind = CLASS_NAMES.get(item["class_"], item["class_"])
     if kind == "web_observation":
-        for key in ("axtree", "html"):
+        for key, fmt in (("axtree", "a11y_tree"), ("html", "html")):
             v = item.get(key)
             if isinstance(v, str) and v not in ("", "None"):
-                return v, True
-        return "", True
+                return v, fmt
+        return "", "a11y_tree"
     if kind == "image_observation":
-        return image_text({"type": "image", "url": _content(item)}) or "[image]", False
-    return as_text(_content(item)), False
+        return image_text({"type": "image", "url": _content(item)}) or "[image]", "text"
+    return as_text(_content(item)), "text"
+
+
+def _kind(formats: list[str]) -> str:
+    """The kind of a state made of several observations: a page's, where one is a page."""
+    return next((f for f in formats if f != "text"), "text")
 
 
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
@@ -112,6 +118,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     steps: list[Step] = []
     action: Action | None = None
     seen: list[str] = []
+    kinds: tuple[list[str], list[str]] = ([], [])  # of the first state, of the observations seen
     for i, item in enumerate(content):
         where = f"content[{i}]"
         need(isinstance(item, dict), f"{where}: not an object")
@@ -120,15 +127,17 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         need(cls in ACTIONS + OBSERVATIONS, f"{where}.class_: {cls!r} is not an ADP action or observation")
         if cls in ACTIONS:
             if action is not None:
-                steps.append(Step(action, "\n".join(seen)))
+                steps.append(Step(action, "\n".join(seen), format=_kind(kinds[1])))
             action, seen = _action(item, where, web), []
+            kinds[1].clear()
             continue
-        text, _ = _observation(item)
+        text, fmt = _observation(item)
         if instruction is None and item.get("source") == "user":
             instruction = text
         (seen if action is not None else first).append(text)
+        kinds[action is not None].append(fmt)
     if action is not None:
-        steps.append(Step(action, "\n".join(seen)))
+        steps.append(Step(action, "\n".join(seen), format=_kind(kinds[1])))
     if not steps:
         return
     steps = _ours(steps, ours)
@@ -144,6 +153,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         model=_model(details),
         executed=ours.get("executed") if ours.get("executed") in ("executed", "not_executed", "unknown") else "unknown",
         extra={"details": {k: v for k, v in details.items() if k != "trajforge"}} if details else {},
+        initial_format=_kind(kinds[0]),
     )
 
 
@@ -182,12 +192,25 @@ def _model(details: dict) -> str | None:
     return None
 
 
+#: Our observation kinds that are ADP web observations, and the field that holds them.
+_WEB_FIELDS = {"a11y_tree": "axtree", "html": "html"}
+
+
+def _observed(obs: Observation, source: str) -> dict[str, Any]:
+    """An observation as ADP's: a page (accessibility tree or HTML, with its ``url`` where
+    we know it) as a ``web_observation``, anything else as a ``text_observation``."""
+    if obs.format in _WEB_FIELDS:
+        url = obs.extra_dict.get("url")
+        return {"class_": "web_observation", _WEB_FIELDS[obs.format]: obs.text, "url": url if isinstance(url, str) else None}
+    return {"class_": "text_observation", "content": obs.text, "name": None, "source": source}
+
+
 def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
     first = trajectory[0]
-    content: list[dict[str, Any]] = [{"class_": "text_observation", "content": first.state.text, "name": None, "source": "user"}]
+    content: list[dict[str, Any]] = [_observed(first.state, "user")]
     for t in trajectory:
         content.append({"class_": "api_action", "function": t.action.kind, "kwargs": t.action.args, "description": None})
-        content.append({"class_": "text_observation", "content": t.next_state.text, "name": None, "source": "environment"})
+        content.append(_observed(t.next_state, "environment"))
     prov = first.provenance
     return {
         "id": first.trajectory_id,

@@ -91,6 +91,7 @@ class Step:
     error: str | None = None
     reward: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    format: str = "text"  # the observation's kind (schemas.transition.FORMATS): a11y_tree, html ...
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class Episode:
     executed: str = "unknown"
     reward: float | None = None  # the episode's outcome, on its last step
     extra: dict[str, Any] = field(default_factory=dict)
+    initial_format: str = "text"  # the first state's kind, as ``Step.format``
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,10 @@ def to_transitions(
         license=origin.license,
         agent=ep.agent,
     )
-    observations = [_observation(ep.initial), *(_observation(s.observation, s.extra) for s in ep.steps)]
+    observations = [
+        _observation(ep.initial, None, ep.initial_format),
+        *(_observation(s.observation, s.extra, s.format) for s in ep.steps),
+    ]
     hashes = [content_hash(observations[i], s.action, observations[i + 1]) for i, s in enumerate(ep.steps)]
     last = len(ep.steps) - 1
     rewards = [
@@ -305,8 +310,8 @@ def fingerprint(ep: Episode, observations: list[Observation], hashes: list[str],
     return stable_id(*parts)
 
 
-def _observation(text: str, extra: dict[str, Any] | None = None) -> Observation:
-    return Observation(text, "text", None, canonical_json(extra) if extra else "{}", False, detect_spans(text))
+def _observation(text: str, extra: dict[str, Any] | None = None, fmt: str = "text") -> Observation:
+    return Observation(text, fmt, None, canonical_json(extra) if extra else "{}", False, detect_spans(text))
 
 
 def loads(text: str | bytes) -> Any:

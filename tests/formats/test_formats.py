@@ -570,9 +570,11 @@ def test_round_trip(fmt, agent_data, tmp_path):
         for doc in map(json.loads, lines):
             assert set(doc) == {"id", "content", "details"} and isinstance(doc["id"], str)
             for item in doc["content"]:
-                assert item["class_"] in ("api_action", "text_observation")
+                assert item["class_"] in ("api_action", "text_observation", "web_observation")
                 if item["class_"] == "api_action":
                     assert isinstance(item["function"], str) and isinstance(item["kwargs"], dict)
+                elif item["class_"] == "web_observation":  # a page: its accessibility tree, its URL where known
+                    assert isinstance(item["axtree"], str) and (item["url"] is None or isinstance(item["url"], str))
                 else:
                     assert item["source"] in ("user", "environment") and isinstance(item["content"], str)
     else:  # every tool message answers a tool call of the assistant message before it
@@ -587,8 +589,10 @@ def test_round_trip(fmt, agent_data, tmp_path):
     import_files(fmt, [tmp_path / "out"], tmp_path / "b", source="again")
     kept = ["step", "domain", "task_id", "instruction", "state", "kind", "action", "obs", "terminated", "executed"]
     if fmt == "adp":
-        kept += ["reward", "action_error"]
-    before = sorted(tuple(r[k] for k in kept) for r in rows(tmp_path / "a"))
+        kept += ["reward", "action_error", "obs_format"]
+        assert {r["obs_format"] for r in rows(tmp_path / "a")} >= {"a11y_tree", "text"}  # ADP's pages, synth's terminal
+    pages = ("a11y_tree", "html")  # ADP's web observations; its other observations are text
+    before = sorted(tuple(r[k] if k != "obs_format" or r[k] in pages else "text" for k in kept) for r in rows(tmp_path / "a"))
     after = sorted(tuple(r[k] for k in kept) for r in rows(tmp_path / "b"))
     assert before == after
 
