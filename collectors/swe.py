@@ -143,6 +143,8 @@ class SWEEnv(SandboxEnv):
         if r.exit_code != 0:
             raise EnvError(f"task {task.id}: cannot check out {repo}: {r.stderr.strip()[:200]}")
         if extra.get("base_commit"):
+            if str(extra["base_commit"]).startswith("-"):  # git would read it as an option
+                raise EnvError(f"task {task.id}: base commit {extra['base_commit']!r} is not a commit")
             r = self.sandbox.exec(f"git checkout -q {shlex.quote(extra['base_commit'])}", cwd=REPO, timeout=60)
             if r.exit_code != 0:
                 raise EnvError(f"task {task.id}: base commit {extra['base_commit']}: {r.stderr.strip()[:200]}")
