@@ -309,6 +309,13 @@ def test_swebench_instance_end_to_end_oracle_one_no_op_zero(tmp_path, built):
     job = job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"image": "localhost/trajforge-swe:latest"})})
     runner.run_job(job, tasks, str(tmp_path / "store2"))
     assert _rewards(tmp_path / "store2") == {"swebench/acme__calc-1": 0.0}
+    # a suite written by hand is not checked by the importer: git never reads its base commit as an option
+    body = json.loads(suite.read_text())
+    body["extra"]["base_commit"] = "--orphan=x"
+    (tmp_path / "hostile.jsonl").write_text(json.dumps(body) + "\n")
+    job, tasks = load_job(_job(tmp_path, tmp_path / "hostile.jsonl", "swe-hostile", "docker"))
+    job = job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"image": "localhost/trajforge-swe:latest"})})
+    assert (runner.run_job(job, tasks, str(tmp_path / "store3")).collected, _rewards(tmp_path / "store3")) == (0, {})
 
 
 def test_swe_smith_instance_end_to_end_oracle_reverts_the_bug_patch(tmp_path, built):
