@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, image_text, loads, need, ours_of
+from formats.episode import Episode, Step, as_text, canonical_action, image_text, loads, need, ours_of, with_ours
 from schemas.transition import Action, Observation, Transition, canonical_json
 
 NAME = "adp"
@@ -140,9 +140,8 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         steps.append(Step(action, "\n".join(seen), format=_kind(kinds[1])))
     if not steps:
         return
-    steps = _ours(steps, ours)
     rid = str(rid)
-    yield Episode(
+    episode = Episode(
         record_id=rid,
         initial="\n".join(first),
         steps=steps,
@@ -155,34 +154,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         extra={"details": {k: v for k, v in details.items() if k != "trajforge"}} if details else {},
         initial_format=_kind(kinds[0]),
     )
-
-
-def _ours(steps: list[Step], ours: dict) -> list[Step]:
-    """Our own export read back: the exact actions, rewards and errors it kept."""
-    from dataclasses import replace
-
-    actions, rewards, errors = (ours.get(k) for k in ("actions", "rewards", "errors"))
-    if not (isinstance(actions, list) and len(actions) == len(steps)):
-        return steps
-    out = []
-    for i, step in enumerate(steps):
-        a = actions[i]
-        action = (
-            Action(a["kind"], canonical_json(a), step.action.raw)
-            if isinstance(a, dict) and isinstance(a.get("kind"), str)
-            else step.action
-        )
-        reward = rewards[i] if isinstance(rewards, list) and len(rewards) == len(steps) else None
-        error = errors[i] if isinstance(errors, list) and len(errors) == len(steps) else None
-        out.append(
-            replace(
-                step,
-                action=action,
-                reward=reward if isinstance(reward, int | float) else None,
-                error=error if isinstance(error, str) else None,
-            )
-        )
-    return out
+    yield with_ours(episode, ours)
 
 
 def _model(details: dict) -> str | None:

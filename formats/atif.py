@@ -29,7 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from collectors.env import reward_in
-from formats.episode import Episode, Step, as_text, canonical_action, loads, need, ours_of, several_runs, text_action
+from formats.episode import (
+    Episode,
+    Step,
+    as_text,
+    canonical_action,
+    loads,
+    need,
+    ours_of,
+    several_runs,
+    text_action,
+    with_ours,
+)
 from schemas.transition import Action, Transition, canonical_json
 
 NAME = "atif"
@@ -129,7 +140,7 @@ def _trajectory(record: Any) -> Iterator[Episode]:
         return
     extra = record.get("extra") if isinstance(record.get("extra"), dict) else {}
     ours = extra.get("trajforge") if isinstance(extra.get("trajforge"), dict) else {}
-    yield Episode(
+    episode = Episode(
         record_id=session,
         initial="\n\n".join(users),
         steps=out,
@@ -141,6 +152,7 @@ def _trajectory(record: Any) -> Iterator[Episode]:
         executed=ours.get("executed") if ours.get("executed") in ("executed", "not_executed", "unknown") else "executed",
         extra={k: record[k] for k in ("notes", "continued_trajectory_ref") if isinstance(record.get(k), str)},
     )
+    yield with_ours(episode, ours)
 
 
 def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:

@@ -16,12 +16,21 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from schemas.record_files import parse
-from schemas.transition import Action, Observation, Provenance, Transition, canonical_json, content_hash, transition_id
+from schemas.transition import (
+    FORMATS,
+    Action,
+    Observation,
+    Provenance,
+    Transition,
+    canonical_json,
+    content_hash,
+    transition_id,
+)
 from schemas.volatile import detect_spans
 
 #: Tool names that run a shell command (the agent frameworks' spellings) -> trajforge's ``run``.
@@ -79,7 +88,40 @@ def ours_of(trajectory: Sequence[Transition]) -> dict[str, Any]:
         "actions": [json.loads(t.action.canonical) for t in trajectory],
         "rewards": [t.reward for t in trajectory],
         "errors": [t.action_error for t in trajectory],
+        "formats": [first.state.format, *(t.next_state.format for t in trajectory)],
+        "truncated": trajectory[-1].truncated,
     }
+
+
+def with_ours(ep: Episode, ours: dict[str, Any]) -> Episode:
+    """An episode with what our own export kept (``ours_of``) read back, each list where it
+    has one entry a step: the exact actions, rewards and errors, the observations' kinds
+    (and the first state's), and whether the episode was cut short."""
+    steps, n = list(ep.steps), len(ep.steps)
+
+    def each(key: str, size: int = n) -> list | None:
+        v = ours.get(key)
+        return v if isinstance(v, list) and len(v) == size else None
+
+    if actions := each("actions"):
+        steps = [
+            replace(s, action=Action(a["kind"], canonical_json(a), s.action.raw))
+            if isinstance(a, dict) and isinstance(a.get("kind"), str)
+            else s
+            for a, s in zip(actions, steps, strict=True)
+        ]
+    if (rewards := each("rewards")) is not None:
+        steps = [
+            replace(s, reward=r if isinstance(r, int | float) and not isinstance(r, bool) else None)
+            for r, s in zip(rewards, steps, strict=True)
+        ]
+    if (errors := each("errors")) is not None:
+        steps = [replace(s, error=e if isinstance(e, str) else None) for e, s in zip(errors, steps, strict=True)]
+    kinds = each("formats", n + 1)
+    if kinds is not None and all(k in FORMATS for k in kinds):
+        steps = [replace(s, format=k) for k, s in zip(kinds[1:], steps, strict=True)]
+        ep = replace(ep, initial_format=kinds[0])
+    return replace(ep, steps=steps, truncated=ours.get("truncated") is True)
 
 
 @dataclass(frozen=True)
@@ -110,6 +152,7 @@ class Episode:
     reward: float | None = None  # the episode's outcome, on its last step
     extra: dict[str, Any] = field(default_factory=dict)
     initial_format: str = "text"  # the first state's kind, as ``Step.format``
+    truncated: bool = False  # cut short (a step or time limit), not ended by the agent or the task
 
 
 @dataclass(frozen=True)
@@ -254,8 +297,8 @@ def to_transitions(
             action=step.action,
             next_state=observations[i + 1],
             reward=rewards[i],
-            terminated=i == last,
-            truncated=False,
+            terminated=i == last and not ep.truncated,
+            truncated=i == last and ep.truncated,
             action_error=step.error,
             action_ms=0.0,
             observe_ms=0.0,

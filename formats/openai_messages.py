@@ -53,9 +53,10 @@ from formats.episode import (
     several_runs,
     text_action,
     unpacked,
+    with_ours,
 )
 from schemas.record_files import dumps
-from schemas.transition import Action, Transition, canonical_json
+from schemas.transition import Action, Transition
 
 NAME = "openai-messages"
 #: Turns that are one call each (ShareGPT's ``function_call``; ``tool_call``, its JSON in
@@ -359,17 +360,12 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
     close()
     if not steps:
         return
-    if isinstance(ours.get("actions"), list) and len(ours["actions"]) == len(steps):
-        steps = [
-            Step(Action(a["kind"], canonical_json(a), s.action.raw), s.observation) if isinstance(a, dict) and "kind" in a else s
-            for a, s in zip(ours["actions"], steps, strict=True)
-        ]
     info = meta.get("info") if isinstance(meta.get("info"), dict) else {}
     task_id = meta.get("task_id", info.get("task_id"))
     rid = meta.get("id", meta.get("uuid"))
     if rid is None and task_id is not None:
         rid = f"{task_id}/{meta['trial']}" if "trial" in meta else str(task_id)
-    yield Episode(
+    episode = Episode(
         record_id=str(rid) if rid is not None else record_id_of(record),
         initial=instruction or "",
         steps=steps,
@@ -381,6 +377,7 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
         executed=ours.get("executed") if ours.get("executed") in ("executed", "not_executed", "unknown") else "unknown",
         reward=_number(meta["reward"] if "reward" in meta else _field(meta.get("reward_info"), "reward")),
     )
+    yield with_ours(episode, ours)
 
 
 def export(trajectory: Sequence[Transition]) -> dict[str, Any]:

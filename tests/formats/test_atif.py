@@ -22,7 +22,8 @@ from tests.conftest import cli
 
 ROWS = (
     "SELECT trajectory_id AS tid, step, domain, task_id, instruction, state.text AS state, action.kind AS kind,"
-    " action.canonical AS action, next_state.text AS obs, next_state.format AS obs_format, reward, terminated, action_error,"
+    " action.canonical AS action, next_state.text AS obs, next_state.format AS obs_format, reward, terminated, truncated,"
+    " action_error,"
     " provenance.origin AS origin, provenance.executed AS executed, provenance.source AS source,"
     " provenance.source_format AS fmt, provenance.source_file AS file, provenance.source_record AS record,"
     " provenance.license AS license, provenance.agent AS agent, provenance.model AS model"

@@ -557,11 +557,21 @@ def test_malformed_records_are_skipped_with_their_reason(fmt, tmp_path):
 
 @pytest.mark.parametrize("fmt", ["adp", "openai-messages"])
 def test_round_trip(fmt, agent_data, tmp_path):
+    from dataclasses import replace
+
     from collectors.synth import synth_store
+    from formats.exporter import trajectories
     from pipelines.store import Store
+    from pipelines.store.writer import ShardWriter
 
     import_files("adp", [agent_data / "adp"], tmp_path / "a", source="adp", license="MIT")
     synth_store(Store.open(str(tmp_path / "a"), must_exist=False), transitions=60, seed=4)
+    cut = next(t for t in trajectories(tmp_path / "a") if t[0].domain == "terminal")  # one cut short by a step limit
+    prov = replace(cut[0].provenance, run_id="cut")
+    with ShardWriter(str(tmp_path / "a"), "terminal", "cut") as w:
+        w.write_episode(
+            [replace(t, trajectory_id="cut-1", provenance=prov, terminated=False, truncated=t is cut[-1]) for t in cut]
+        )
     s = export_store(fmt, tmp_path / "a", tmp_path / "out")
     assert s.files == 1 and s.trajectories > 10
     lines = (tmp_path / "out" / f"{fmt}.jsonl").read_text().splitlines()
@@ -587,12 +597,12 @@ def test_round_trip(fmt, agent_data, tmp_path):
                 elif m["role"] == "tool":
                     assert m["tool_call_id"] in ids
     import_files(fmt, [tmp_path / "out"], tmp_path / "b", source="again")
-    kept = ["step", "domain", "task_id", "instruction", "state", "kind", "action", "obs", "terminated", "executed"]
-    if fmt == "adp":
-        kept += ["reward", "action_error", "obs_format"]
-        assert {r["obs_format"] for r in rows(tmp_path / "a")} >= {"a11y_tree", "text"}  # ADP's pages, synth's terminal
-    pages = ("a11y_tree", "html")  # ADP's web observations; its other observations are text
-    before = sorted(tuple(r[k] if k != "obs_format" or r[k] in pages else "text" for k in kept) for r in rows(tmp_path / "a"))
+    kept = ["step", "domain", "task_id", "instruction", "state", "kind", "action", "obs", "executed"]
+    kept += ["reward", "action_error", "obs_format", "terminated", "truncated"]
+    before = rows(tmp_path / "a")
+    assert {r["obs_format"] for r in before} >= {"a11y_tree", "text", "uiautomator_xml"}  # ADP's pages, synth's phones
+    assert any(r["truncated"] for r in before) and any(r["terminated"] for r in before)
+    before = sorted(tuple(r[k] for k in kept) for r in before)
     after = sorted(tuple(r[k] for k in kept) for r in rows(tmp_path / "b"))
     assert before == after
 
