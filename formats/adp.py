@@ -22,7 +22,18 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from formats.episode import Episode, Step, as_text, canonical_action, image_text, loads, need, ours_of, with_ours
+from formats.episode import (
+    Episode,
+    Step,
+    as_text,
+    canonical_action,
+    image_text,
+    loads,
+    need,
+    ours_of,
+    unpacked,
+    with_ours,
+)
 from schemas.transition import Action, Observation, Transition, canonical_json
 
 NAME = "adp"
@@ -65,7 +76,8 @@ def _action(item: dict, where: str, web: bool) -> Action:
     if kind == "api_action":
         fn = item.get("function")
         need(isinstance(fn, str) and fn != "", f"{where}.function: missing")
-        kwargs = item.get("kwargs", {})
+        kwargs = item.get("kwargs")
+        kwargs = {} if kwargs is None else unpacked(kwargs, f"{where}.kwargs")  # null as absent (a Parquet copy drops it)
         need(isinstance(kwargs, dict), f"{where}.kwargs: not an object")
         kwargs = {k: _unquote(v) for k, v in kwargs.items()}
         if web and fn in BROWSER and set(kwargs) <= set(BROWSER[fn][1]):

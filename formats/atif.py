@@ -117,8 +117,9 @@ def _trajectory(record: Any) -> Iterator[Episode]:
         need(isinstance(step, dict), "{}: not an object", where)
         sid = step.get("step_id")
         need(
-            (isinstance(sid, int) and not isinstance(sid, bool)) or (isinstance(sid, str) and sid.strip().isdigit()),
-            "{}.step_id: {!r} is not an integer",
+            (isinstance(sid, int) and not isinstance(sid, bool) and sid >= 1)
+            or (isinstance(sid, str) and sid.strip().isascii() and sid.strip().isdigit() and int(sid) >= 1),
+            "{}.step_id: {!r} is not an integer from 1",
             where,
             sid,
         )

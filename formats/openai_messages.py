@@ -310,7 +310,7 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
         need(isinstance(role, str), f"{where}.role: missing")
         content = as_text(m.get("content", m.get("value")))
         if role in ("assistant", "gpt", *CALL_ROLES):
-            calls = m.get("tool_calls")
+            calls = unpacked(m.get("tool_calls"), f"{where}.tool_calls")  # JSON text in some Parquet dumps
             legacy = _args(_untagged(content, "tool_call")) if role in CALL_ROLES else m.get("function_call")
             if isinstance(legacy, str):
                 legacy = _args(legacy)

@@ -61,7 +61,12 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     if not steps:
         return
     stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
-    model = _first_str(record, "model_name", "model") or _first_str(info, "model_name") or _first_str(stats, "model")
+    model = (
+        _first_str(record, "model_name", "model")
+        or _first_str(info, "model_name")
+        or _first_str(stats, "model")
+        or _configured_model(record, info)
+    )
     target = record.get("target", record.get("resolved"))
     yield Episode(
         record_id=record_id,
@@ -76,6 +81,21 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         reward=float(target) if isinstance(target, bool) else None,
         extra={k: info[k] for k in ("exit_status",) if isinstance(info.get(k), str)},
     )
+
+
+def _configured_model(record: dict, info: dict) -> str | None:
+    """The model in a run's configuration: SWE-agent 1.x's ``replay_config`` (JSON text,
+    ``agent.model.name``), mini-swe-agent's ``info.config.model.model_name``."""
+    replay = record.get("replay_config")
+    if isinstance(replay, str):
+        try:
+            replay = loads(replay)
+        except ValueError:
+            replay = None
+    agent = replay.get("agent") if isinstance(replay, dict) else None
+    model = agent.get("model") if isinstance(agent, dict) else None
+    config = info.get("config") if isinstance(info.get("config"), dict) else {}
+    return _first_str(model, "name", "model_name") or _first_str(config.get("model"), "model_name", "name")
 
 
 def _first_str(d: Any, *keys: str) -> str | None:

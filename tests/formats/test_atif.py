@@ -187,7 +187,7 @@ def test_malformed_records_are_skipped_and_named(tmp_path):
     # the good line, and the array's whole first item: the same record again, so already imported; 6 + 1 + 1 bad
     assert (s.trajectories, s.already_imported, s.malformed) == (1, 1, 8)
     said = [str(p) for p in s.problems]
-    assert any("runs.jsonl: line 2: steps[1].step_id: 'two' is not an integer" in p for p in said), said
+    assert any("runs.jsonl: line 2: steps[1].step_id: 'two' is not an integer from 1" in p for p in said), said
     assert any("runs.jsonl: line 3: steps: missing or not a list" in p for p in said), said
     assert any("runs.jsonl: line 4: steps[1].tool_calls[0].function_name: missing" in p for p in said), said
     assert any("runs.jsonl: line 5: not JSON" in p for p in said) and any("line 6: expected a JSON object" in p for p in said)
@@ -316,3 +316,12 @@ def test_a_harbor_jobs_folder_with_its_trials_rewards(agent_data, tmp_path):
     assert {r["reward"] for r in got if not r["terminated"]} == {None}
     again = import_files("atif", [tmp_path / "jobs"], tmp_path / "st", source="tb-run")
     assert (again.trajectories, again.already_imported) == (0, 3)
+
+
+@pytest.mark.parametrize("step_id", [-1, 0, "²", "-3", True])
+def test_a_step_id_is_an_integer_from_1(agent_data, tmp_path, step_id):
+    record = json.loads((agent_data / "atif" / "hello-world.trajectory.json").read_text())
+    record["steps"][1]["step_id"] = step_id
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    s = import_files("atif", [tmp_path / "run.json"], tmp_path / "st", source="ids")
+    assert s.trajectories == 0 and [p.reason for p in s.problems] == [f"steps[1].step_id: {step_id!r} is not an integer from 1"]

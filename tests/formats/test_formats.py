@@ -533,12 +533,17 @@ BAD = {
         ),
         ('{"messages": "hi"}', "messages: not JSON"),
         ('{"messages": "{\\"role\\": \\"user\\"}"}', "messages: not a list"),
+        (
+            '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": "[{"}]}',
+            "messages[1].tool_calls: not JSON",
+        ),
     ],
     "adp": [
         ('{"id": "x", "content": [{"class_": "shell"}]}', "content[0].class_: 'shell' is not an ADP action or observation"),
         ('{"id": "x", "content": [{"class_": "api_action", "kwargs": {}}]}', "content[0].function: missing"),
         ('{"id": ["x"], "content": []}', "id: missing or not a string"),
         ('{"content": [{"class_": "text_observation", "content": "x"}]}', "id: missing or not a string"),
+        ('{"id": "x", "content": [{"class_": "api_action", "function": "f", "kwargs": "{"}]}', "content[0].kwargs: not JSON"),
     ],
 }
 
@@ -965,3 +970,29 @@ def test_hermes_calls_in_the_assistant_turn_text(tmp_path):
         ({"city": "Rome"}, '{"temp": 25}'),
         (None, "<tool_call>" * 50_000),
     ]
+
+
+def test_spellings_seen_in_dumps_and_configs(agent_data, tmp_path):
+    """Tool calls kept as JSON text (Parquet dumps), ADP's ``kwargs: null`` (a Parquet copy
+    drops it: the JSON reads the same), the model named only in a run's configuration
+    (SWE-agent 1.x's ``replay_config``, mini-swe-agent's ``info.config``)."""
+    call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    talk = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": json.dumps([call])}]
+    talk.append({"role": "tool", "tool_call_id": "1", "content": "r"})
+    (tmp_path / "talk.jsonl").write_text(json.dumps({"id": "t", "messages": talk}) + "\n")
+    assert import_files("openai-messages", [tmp_path / "talk.jsonl"], tmp_path / "st1", source="t").transitions == 1
+    content = [
+        {"class_": "text_observation", "content": "go", "source": "user"},
+        {"class_": "api_action", "function": "f", "kwargs": None},
+    ]
+    (tmp_path / "adp.jsonl").write_text(json.dumps({"id": "a", "content": content}) + "\n")
+    assert import_files("adp", [tmp_path / "adp.jsonl"], tmp_path / "st2", source="a").transitions == 1
+    record = json.loads((agent_data / "swe-agent" / "pydicom__pydicom-1458.traj").read_text())
+    record.pop("model_name", None)
+    record.get("info", {}).get("model_stats", {}).pop("model", None)
+    replay = record | {"instance_id": "r1", "replay_config": json.dumps({"agent": {"model": {"name": "claude-x"}}})}
+    mini = record | {"instance_id": "r2", "info": {"config": {"model": {"model_name": "gpt-y"}}}}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(replay) + "\n" + json.dumps(mini) + "\n")
+    import_files("swe-agent", [tmp_path / "runs.jsonl"], tmp_path / "st3", source="s")
+    got = run_query("SELECT DISTINCT task_id, provenance.model AS m FROM transitions ORDER BY 1", str(tmp_path / "st3"))
+    assert got.to_pylist() == [{"task_id": "r1", "m": "claude-x"}, {"task_id": "r2", "m": "gpt-y"}]
