@@ -112,6 +112,7 @@ def _trajectory(record: Any) -> Iterator[Episode]:
     users: list[str] = []
     out: list[Step] = []
     pending: list[dict[str, str]] = []
+    said: Step | None = None  # an agent's message (no call, no result) waiting for the user's reply
     for index, step in enumerate(steps):
         where = f"steps[{index}]"
         need(isinstance(step, dict), "{}: not an object", where)
@@ -127,7 +128,10 @@ def _trajectory(record: Any) -> Iterator[Episode]:
         need(source in ("system", "user", "agent"), "{}.source: {!r} is not system, user or agent", where, source)
         message = as_text(step.get("message"))
         if source != "agent":
-            if not out and source == "user":
+            if said is not None and source == "user":  # the reply to what the agent said: its observation
+                out.append(replace(said, observation=message))
+                said = None
+            elif not out and source == "user":
                 users.append(message)
             elif out or source == "user":
                 by_call, loose = _results(step, where)
@@ -135,7 +139,9 @@ def _trajectory(record: Any) -> Iterator[Episode]:
                 pending.append({"source": source, "message": message, **({"observation": seen} if seen else {})})
             continue
         model = step.get("model_name") if isinstance(step.get("model_name"), str) else model
-        out.extend(_agent_steps(step, where, pending))
+        said = _said(step, where, pending)
+        if said is None:
+            out.extend(_agent_steps(step, where, pending))
         pending = []
     if not out:
         return
@@ -176,6 +182,20 @@ def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:
         call_id = r.get("source_call_id")
         (by_call.setdefault(call_id, []) if isinstance(call_id, str) else loose).append(text)
     return by_call, loose
+
+
+def _said(step: dict, where: str, before: list[dict[str, str]]) -> Step | None:
+    """An agent step that only says something (a message, no tool call, no result): a
+    ``message`` action, whose observation is the user's reply (a step of its own, next);
+    None for any other step."""
+    if step.get("tool_calls") or step.get("observation"):
+        return None
+    ours = (step.get("extra") or {}).get("trajforge") if isinstance(step.get("extra"), dict) else None
+    ours = ours if isinstance(ours, dict) else {}
+    if not as_text(step.get("message")) and not isinstance(ours.get("action"), dict):
+        return None
+    action = _ours(ours) or text_action(as_text(step.get("message")))
+    return Step(action, "", ours.get("error"), _reward(ours), {"before": before} if before else {})
 
 
 def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterator[Step]:
@@ -252,6 +272,12 @@ def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
             ours["reward"] = t.reward
         if t.action_error:
             ours["error"] = t.action_error
+        if t.action.kind == "message":  # said, not done: the agent's message, then the user's reply
+            text = t.action.args.get("text")
+            steps.append({"step_id": n, "source": "agent", "message": text if isinstance(text, str) else t.action.raw})
+            steps[-1]["extra"] = {"trajforge": ours}
+            steps.append({"step_id": n + 1, "source": "user", "message": t.next_state.text})
+            continue
         steps.append(
             {
                 "step_id": n,

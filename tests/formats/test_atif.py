@@ -325,3 +325,32 @@ def test_a_step_id_is_an_integer_from_1(agent_data, tmp_path, step_id):
     (tmp_path / "run.json").write_text(json.dumps(record))
     s = import_files("atif", [tmp_path / "run.json"], tmp_path / "st", source="ids")
     assert s.trajectories == 0 and [p.reason for p in s.problems] == [f"steps[1].step_id: {step_id!r} is not an integer from 1"]
+
+
+def test_what_the_agent_says_and_the_user_replies_are_atif_turns(tmp_path):
+    """A conversation's said turns (a ``message`` action, the user's reply its next state)
+    are exported as an agent step with that message and a user step with the reply, not as
+    a tool call named ``message``; they import back as the same transitions."""
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "ls"})}}
+    talk = [
+        {"role": "user", "content": "Clean the folder"},
+        {"role": "assistant", "content": "Which folder?"},
+        {"role": "user", "content": "The build folder."},
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.o b.o"},
+    ]
+    (tmp_path / "talk.jsonl").write_text(json.dumps({"id": "t1", "messages": talk}) + "\n")
+    import_files("openai-messages", [tmp_path / "talk.jsonl"], tmp_path / "a", source="chat")
+    export_store("atif", tmp_path / "a", tmp_path / "out")
+    [doc] = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*.json")]
+    _check_atif_rules(doc)
+    assert [(s["source"], s["message"], "tool_calls" in s) for s in doc["steps"]] == [
+        ("user", "Clean the folder", False),
+        ("agent", "Which folder?", False),
+        ("user", "The build folder.", False),
+        ("agent", "", True),
+    ]
+    import_files("atif", [tmp_path / "out"], tmp_path / "b", source="again")
+    kept = ("step", "state", "kind", "action", "obs", "terminated")
+    assert [tuple(r[k] for k in kept) for r in rows(tmp_path / "b")] == [tuple(r[k] for k in kept) for r in rows(tmp_path / "a")]
+    assert [r["obs"] for r in rows(tmp_path / "b")] == ["The build folder.", "a.o b.o"]
