@@ -11,10 +11,12 @@ fill ...) as our web actions. Whether the source executed anything ADP does not 
 ``unknown`` unless the importer is told. ``kwargs`` values that are JSON-quoted strings (as
 some converters wrote them) are unquoted.
 
-Out: ``export`` writes one ADP trajectory per line: our actions as ``api_action`` (our
-kind as the function, its arguments as kwargs), our observations as ``text_observation``
-(source environment; the first state's source user), a page (``a11y_tree``, ``html``) as
-a ``web_observation``, and ``details.trajforge`` with what a round trip needs.
+Out: ``export`` writes one ADP trajectory per line: a shell command as a bash
+``code_action``, what the agent says as a ``message_action`` (the user's reply after it),
+a tool call as an ``api_action`` of that tool, any other action as an ``api_action`` of
+our kind; our observations as ``text_observation`` (source environment; the first state's
+source user), a page (``a11y_tree``, ``html``) as a ``web_observation``, and
+``details.trajforge`` with what a round trip needs.
 """
 
 from __future__ import annotations
@@ -189,12 +191,26 @@ def _observed(obs: Observation, source: str) -> dict[str, Any]:
     return {"class_": "text_observation", "content": obs.text, "name": None, "source": source}
 
 
+def _acted(action: Action) -> dict[str, Any]:
+    """An action as ADP's: a shell command as a bash ``code_action``, what the agent says as
+    a ``message_action``, a tool call as an ``api_action`` of that tool, any other action
+    as an ``api_action`` of our kind (the exact action rides in ``details.trajforge``)."""
+    args = action.args
+    if action.kind == "run" and isinstance(args.get("command"), str):
+        return {"class_": "code_action", "language": "bash", "content": args["command"], "description": None}
+    if action.kind == "message" and isinstance(args.get("text"), str):
+        return {"class_": "message_action", "content": args["text"], "description": None}
+    if action.kind == "call_tool" and isinstance(args.get("name"), str) and isinstance(args.get("arguments"), dict):
+        return {"class_": "api_action", "function": args["name"], "kwargs": args["arguments"], "description": None}
+    return {"class_": "api_action", "function": action.kind, "kwargs": args, "description": None}
+
+
 def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
     first = trajectory[0]
     content: list[dict[str, Any]] = [_observed(first.state, "user")]
     for t in trajectory:
-        content.append({"class_": "api_action", "function": t.action.kind, "kwargs": t.action.args, "description": None})
-        content.append(_observed(t.next_state, "environment"))
+        content.append(_acted(t.action))
+        content.append(_observed(t.next_state, "user" if t.action.kind == "message" else "environment"))
     prov = first.provenance
     return {
         "id": first.trajectory_id,

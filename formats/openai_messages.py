@@ -386,6 +386,9 @@ def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
     for t in trajectory:
         call_id = f"call_{t.step}"
         args = t.action.args
+        if t.action.kind == "message" and isinstance(args.get("text"), str):  # said, not done: the user replies
+            messages += [{"role": "assistant", "content": args["text"]}, {"role": "user", "content": t.next_state.text}]
+            continue
         name, arguments = (args["name"], args.get("arguments", {})) if t.action.kind == "call_tool" else (t.action.kind, args)
         messages.append(
             {

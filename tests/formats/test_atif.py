@@ -354,3 +354,21 @@ def test_what_the_agent_says_and_the_user_replies_are_atif_turns(tmp_path):
     kept = ("step", "state", "kind", "action", "obs", "terminated")
     assert [tuple(r[k] for k in kept) for r in rows(tmp_path / "b")] == [tuple(r[k] for k in kept) for r in rows(tmp_path / "a")]
     assert [r["obs"] for r in rows(tmp_path / "b")] == ["The build folder.", "a.o b.o"]
+    # and the other formats: the assistant's words and the user's reply; ADP's message_action
+    export_store("openai-messages", tmp_path / "a", tmp_path / "out")
+    [line] = (tmp_path / "out" / "openai-messages.jsonl").read_text().splitlines()
+    said = [(m["role"], m.get("content")) for m in json.loads(line)["messages"]][:3]
+    assert said == [("user", "Clean the folder"), ("assistant", "Which folder?"), ("user", "The build folder.")]
+    export_store("adp", tmp_path / "a", tmp_path / "out")
+    [line] = (tmp_path / "out" / "adp.jsonl").read_text().splitlines()
+    items = json.loads(line)["content"]
+    assert [(i["class_"], i.get("content"), i.get("source")) for i in items[1:3]] == [
+        ("message_action", "Which folder?", None),
+        ("text_observation", "The build folder.", "user"),
+    ]
+    assert items[3]["class_"] == "code_action" and items[3]["content"] == "ls"
+    for fmt in ("openai-messages", "adp"):
+        import_files(fmt, [tmp_path / "out" / f"{fmt}.jsonl"], tmp_path / fmt, source="again")
+        assert [tuple(r[k] for k in kept) for r in rows(tmp_path / fmt)] == [
+            tuple(r[k] for k in kept) for r in rows(tmp_path / "a")
+        ]

@@ -582,23 +582,32 @@ def test_round_trip(fmt, agent_data, tmp_path):
     lines = (tmp_path / "out" / f"{fmt}.jsonl").read_text().splitlines()
     assert len(lines) == s.trajectories
     if fmt == "adp":  # ADP's schema: id, content of typed items, details
+        classes: set[str] = set()
         for doc in map(json.loads, lines):
             assert set(doc) == {"id", "content", "details"} and isinstance(doc["id"], str)
             for item in doc["content"]:
-                assert item["class_"] in ("api_action", "text_observation", "web_observation")
+                assert item["class_"] in ("api_action", "code_action", "message_action", "text_observation", "web_observation")
+                classes.add(item["class_"])
                 if item["class_"] == "api_action":
                     assert isinstance(item["function"], str) and isinstance(item["kwargs"], dict)
+                    assert item["function"] != "call_tool"  # a tool call is an api_action of that tool
+                elif item["class_"] == "code_action":  # a shell command
+                    assert item["language"] == "bash" and isinstance(item["content"], str)
+                elif item["class_"] == "message_action":
+                    assert isinstance(item["content"], str)
                 elif item["class_"] == "web_observation":  # a page: its accessibility tree, its URL where known
                     assert isinstance(item["axtree"], str) and (item["url"] is None or isinstance(item["url"], str))
                 else:
                     assert item["source"] in ("user", "environment") and isinstance(item["content"], str)
+        assert classes >= {"api_action", "code_action", "text_observation", "web_observation"}
     else:  # every tool message answers a tool call of the assistant message before it
         for doc in map(json.loads, lines):
             ids = set()
             for m in doc["messages"]:
-                if m["role"] == "assistant":
-                    ids = {c["id"] for c in m["tool_calls"]}
-                    assert all(isinstance(json.loads(c["function"]["arguments"]), dict) for c in m["tool_calls"])
+                if m["role"] == "assistant":  # calls, or what the agent says (the user's reply next)
+                    ids = {c["id"] for c in m.get("tool_calls", [])}
+                    assert all(isinstance(json.loads(c["function"]["arguments"]), dict) for c in m.get("tool_calls", []))
+                    assert ids or isinstance(m["content"], str)
                 elif m["role"] == "tool":
                     assert m["tool_call_id"] in ids
     import_files(fmt, [tmp_path / "out"], tmp_path / "b", source="again")
