@@ -436,7 +436,9 @@ def _copy_action(path: Path, folder: Path) -> dict[str, Any]:
 
 
 def task_folders(paths: list[str]) -> list[Path]:
-    """The task folders under each path (a task folder itself, or a folder of them)."""
+    """The task folders under each path: a task folder itself, or every task folder at any
+    depth under it (a dataset's ``tasks/``, a registry's ``<dataset>/<task>/``), in name
+    order; links to folders and hidden folders (``.git``) are not walked."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -444,9 +446,16 @@ def task_folders(paths: list[str]) -> list[Path]:
             raise ConfigError(f"{p}: no such folder")
         if (p / "task.toml").is_file():
             found.append(p)
-        else:
-            kids = sorted(k for k in p.iterdir() if (k / "task.toml").is_file())
-            if not kids:
-                raise ConfigError(f"{p}: no Harbor task here (no task.toml in it or its subfolders)")
-            found += kids
+            continue
+        kids: list[Path] = []
+        for top, dirs, _ in os.walk(p):  # links to folders are not followed
+            here = Path(top)
+            if here != p and (here / "task.toml").is_file():
+                kids.append(here)
+                dirs[:] = []
+            else:
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if not kids:
+            raise ConfigError(f"{p}: no Harbor task here (no task.toml in it or in any folder under it)")
+        found += sorted(kids)
     return found

@@ -624,3 +624,27 @@ def test_swebench_commit_ids_nulls_and_swe_smith_branches():
     for branch in ("-b", "--orphan=x", "a..b", "x.lock", "a/.hidden", "a b", "x/"):
         with pytest.raises(ConfigError, match=r"^r: instance_id .* is not a branch name"):
             swebench_task(smith | {"instance_id": branch}, "r")
+
+
+def test_harbor_task_folders_are_found_at_any_depth_never_through_a_link(tmp_path):
+    """A registry keeps ``<dataset>/<task>/``: every task folder under the path is found, in
+    name order; a link to a task folder elsewhere and a hidden folder are not walked."""
+    import shutil
+
+    from collectors.suites.harbor import task_folders
+
+    root = tmp_path / "registry"
+    copies = [
+        ("terminal-bench/hello-world", "hello-world"),
+        ("terminal-bench/zeta/simple-task", "simple-task"),
+        ("other/a-task", "hello-world"),
+        (".git/hello-world", "hello-world"),
+    ]
+    for where, fixture in copies:
+        shutil.copytree(AGENT_DATA / "harbor_tasks" / fixture, root / where)
+    (root / "linked").symlink_to(AGENT_DATA / "harbor_tasks" / "simple-task")
+    got = [p.relative_to(root).as_posix() for p in task_folders([str(root)])]
+    assert got == ["other/a-task", "terminal-bench/hello-world", "terminal-bench/zeta/simple-task"]
+    (tmp_path / "empty" / "deep").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="no Harbor task here"):
+        task_folders([str(tmp_path / "empty")])
