@@ -648,3 +648,20 @@ def test_harbor_task_folders_are_found_at_any_depth_never_through_a_link(tmp_pat
     (tmp_path / "empty" / "deep").mkdir(parents=True)
     with pytest.raises(ConfigError, match="no Harbor task here"):
         task_folders([str(tmp_path / "empty")])
+
+
+def test_a_suite_out_path_that_is_a_folder_is_one_line_and_leaves_nothing(tmp_path):
+    (tmp_path / "suite.jsonl").mkdir()
+    r = cli(
+        "tasks",
+        "import",
+        "harbor",
+        str(AGENT_DATA / "harbor_tasks"),
+        "--image",
+        "x",
+        "--out",
+        str(tmp_path / "suite.jsonl"),
+        check=False,
+    )
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"error: {tmp_path / 'suite.jsonl'}: is a folder, not a file"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.jsonl"]  # no partial file beside it
