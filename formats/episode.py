@@ -172,19 +172,12 @@ def stable_id(*parts: str) -> str:
     return hashlib.blake2b("\x00".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def record_id_of(value: Any) -> str:
-    """A record's id when the source gives none: the hash of its canonical JSON, without
-    its null fields (a field set to null holds what an absent one holds, and a Parquet copy
-    of a JSON dataset has every field, null where the row had none: both get one id)."""
-    return "sha-" + stable_id(canonical_json(_without_nulls(value)))[:24]
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
+#: The record id of a record that has none of its own (no id field, and a file of many
+#: records): ``to_transitions`` names it by its content, ``sha-`` and the digest of what its
+#: transitions hold (``fingerprint``). Two copies of it that differ only in what no
+#: transition keeps (a timestamp in its metadata, a field null in a Parquet copy, the
+#: spelling of its JSON) are one record.
+CONTENT_ID = "sha-"
 
 
 def canonical_action(name: str, arguments: Any, raw: str | None = None) -> Action:
@@ -253,6 +246,19 @@ def to_transitions(
         return []
     _check(ep)
     domain = origin.domain or ep.domain or infer_domain(ep)
+    observations = [
+        _observation(ep.initial, None, ep.initial_format),
+        *(_observation(s.observation, s.extra, s.format) for s in ep.steps),
+    ]
+    hashes = [content_hash(observations[i], s.action, observations[i + 1]) for i, s in enumerate(ep.steps)]
+    last = len(ep.steps) - 1
+    rewards = [
+        _reward(s.reward if s.reward is not None else (ep.reward if i == last else None), i) for i, s in enumerate(ep.steps)
+    ]
+    key = fingerprint(ep, observations, hashes, rewards)
+    record_id = CONTENT_ID + key[:24] if ep.record_id == CONTENT_ID else ep.record_id
+    trajectory_id = "imp-" + stable_id(origin.source, record_id, *trajectory_key, key)
+    task_id = ep.task_id if ep.task_id and ep.task_id != CONTENT_ID else record_id
     provenance = Provenance(
         run_id=origin.run_id,
         collector=f"import:{origin.format}",
@@ -267,22 +273,10 @@ def to_transitions(
         source=origin.source,
         source_format=origin.format,
         source_file=origin.file,
-        source_record=ep.record_id,
+        source_record=record_id,
         license=origin.license,
         agent=ep.agent,
     )
-    observations = [
-        _observation(ep.initial, None, ep.initial_format),
-        *(_observation(s.observation, s.extra, s.format) for s in ep.steps),
-    ]
-    hashes = [content_hash(observations[i], s.action, observations[i + 1]) for i, s in enumerate(ep.steps)]
-    last = len(ep.steps) - 1
-    rewards = [
-        _reward(s.reward if s.reward is not None else (ep.reward if i == last else None), i) for i, s in enumerate(ep.steps)
-    ]
-    key = fingerprint(ep, observations, hashes, rewards)
-    trajectory_id = "imp-" + stable_id(origin.source, ep.record_id, *trajectory_key, key)
-    task_id = ep.task_id or ep.record_id
     env_id = f"import:{origin.format}"
     return [
         Transition(
@@ -341,7 +335,8 @@ def _reward(value: Any, step: int) -> float | None:
 def fingerprint(ep: Episode, observations: list[Observation], hashes: list[str], rewards: list[float | None]) -> str:
     """What an episode's transitions hold, digested: each step's content hash (its
     normalised, volatile-masked state, canonical action and next state), reward, error and
-    observation fields, and the episode's instruction, task, agent, model and extra. Not
+    observation fields and kinds, and the episode's instruction, task, agent, model, extra
+    and whether it was cut short. Not
     what the importer's options set (``--domain``, ``--executed``) nor where the record was
     read from: re-importing with other options, or from another copy of the file, adds
     nothing. Records that differ only in what the content hash leaves out (volatile spans,
@@ -350,6 +345,10 @@ def fingerprint(ep: Episode, observations: list[Observation], hashes: list[str],
     parts = [ep.instruction or "", ep.task_id or "", ep.agent or "", ep.model or "", canonical_json(ep.extra) if ep.extra else ""]
     for h, obs, step, reward in zip(hashes, observations[1:], ep.steps, rewards, strict=True):
         parts += (h, obs.extra, step.error or "", "" if reward is None else repr(reward))
+        if obs.format != "text":  # (only then: the ids of runs of text stay as they were)
+            parts.append(obs.format)
+    if ep.truncated:
+        parts.append("truncated")
     return stable_id(*parts)
 
 

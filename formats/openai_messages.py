@@ -41,6 +41,7 @@ from typing import Any
 import re2
 
 from formats.episode import (
+    CONTENT_ID,
     Episode,
     RecordError,
     Step,
@@ -49,7 +50,6 @@ from formats.episode import (
     loads,
     need,
     ours_of,
-    record_id_of,
     several_runs,
     text_action,
     unpacked,
@@ -362,11 +362,11 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
         return
     info = meta.get("info") if isinstance(meta.get("info"), dict) else {}
     task_id = meta.get("task_id", info.get("task_id"))
-    rid = meta.get("id", meta.get("uuid"))
+    rid = meta.get("id", meta.get("uuid", ours.get("trajectory_id")))  # our own export: the trajectory it was
     if rid is None and task_id is not None:
         rid = f"{task_id}/{meta['trial']}" if "trial" in meta else str(task_id)
     episode = Episode(
-        record_id=str(rid) if rid is not None else record_id_of(record),
+        record_id=str(rid) if rid is not None else CONTENT_ID,
         initial=instruction or "",
         steps=steps,
         instruction=ours.get("instruction", instruction),

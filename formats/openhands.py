@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from formats import openai_messages
-from formats.episode import Episode, RecordError, Step, as_text, canonical_action, loads, need, record_id_of
+from formats.episode import CONTENT_ID, Episode, RecordError, Step, as_text, canonical_action, loads, need
 from schemas.transition import Action
 
 NAME = "openhands"
@@ -89,7 +89,7 @@ def _from_chat(messages: list, meta: dict, key: str, record: Any, name: str) -> 
         found = list(openai_messages.episodes({"messages": messages}, name))
     except RecordError as exc:  # its messages are this record's ``key``
         raise RecordError(str(exc).replace("messages", key, 1)) from None
-    rid = meta.get("trajectory_id") or meta.get("instance_id") or meta.get("id") or name or record_id_of(record)
+    rid = meta.get("trajectory_id") or meta.get("instance_id") or meta.get("id") or name or CONTENT_ID
     resolved = meta.get("resolved")
     for ep in found:
         yield replace(
@@ -238,7 +238,7 @@ def _from_sdk(events: list, meta: dict, record: Any, name: str) -> Iterator[Epis
 def _episode(steps: list[Step], instruction: str | None, model: str | None, meta: dict, record: Any, name: str) -> Episode:
     """An OpenHands run's episode: the record's ``instance_id`` (else its ``id``, else the
     file's name) is its id; the runtime executed the actions."""
-    rid = meta.get("instance_id") or meta.get("id") or name or record_id_of(record)
+    rid = meta.get("instance_id") or meta.get("id") or name or CONTENT_ID
     if instruction is None and isinstance(meta.get("instruction"), str):  # an evaluation's output row
         instruction = meta["instruction"]
     return Episode(

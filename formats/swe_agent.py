@@ -26,7 +26,7 @@ from typing import Any
 
 import re2
 
-from formats.episode import Episode, Step, as_text, loads, need, record_id_of, unpacked
+from formats.episode import CONTENT_ID, Episode, Step, as_text, loads, need, unpacked
 from schemas.transition import Action
 
 NAME = "swe-agent"
@@ -49,7 +49,7 @@ def action_of(command: str) -> Action:
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
     info = record.get("info") if isinstance(record.get("info"), dict) else {}
-    record_id = _first_str(record, "traj_id", "instance_id", "id") or name or record_id_of(record)
+    record_id = _first_str(record, "traj_id", "instance_id", "id") or name or CONTENT_ID
     history = record["history"] if "history" in record else unpacked(record.get("messages"), "messages")  # SWE-smith
     steps_in = record.get("trajectory")
     need(steps_in is None or isinstance(steps_in, list), "trajectory: not a list")
@@ -73,7 +73,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         initial=instruction or "",
         steps=steps,
         instruction=instruction,
-        task_id=_first_str(record, "instance_id") or record_id,
+        task_id=_first_str(record, "instance_id"),  # else the record id
         domain="swe",
         agent="swe-agent",
         model=model,

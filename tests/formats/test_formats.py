@@ -933,16 +933,18 @@ def test_openai_conversations_get_their_domain_from_their_calls(tmp_path):
 
 def test_a_record_without_an_id_is_named_by_its_file_only_where_the_file_is_that_record(agent_data, tmp_path):
     """A ``.traj`` file is one run: its name is the run's id. Rows of a JSONL file without
-    ids are each named by the hash of their JSON (they were all named after the file, one
-    task for every row)."""
+    ids are each named by their content (they were all named after the file, one task for
+    every row); a copy of a row that differs only in what no transition keeps is the same
+    record."""
     record = json.loads((agent_data / "swe-agent" / "pydicom__pydicom-1458.traj").read_text())
     record.pop("instance_id", None)
     other = json.loads(json.dumps(record))
-    other["history"][1]["content"] = "another task"
-    (tmp_path / "runs.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(other) + "\n")
+    other["trajectory"][0]["observation"] = "another run"
+    copy = record | {"exported_at": "2026-12-07T10:00:00Z"}  # metadata no transition keeps
+    (tmp_path / "runs.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(other) + "\n" + json.dumps(copy) + "\n")
     (tmp_path / "solo-run.traj").write_text(json.dumps(record))
     s = import_files("swe-agent", [tmp_path / "runs.jsonl", tmp_path / "solo-run.traj"], tmp_path / "st", source="ids")
-    assert s.trajectories == 3
+    assert (s.trajectories, s.already_imported) == (3, 1)
     got = run_query("SELECT DISTINCT task_id, provenance.source_file AS f FROM transitions ORDER BY 2, 1", str(tmp_path / "st"))
     tasks = [(r["f"], r["task_id"]) for r in got.to_pylist()]
     assert len(tasks) == 3 and tasks[2] == ("solo-run.traj", "solo-run")
