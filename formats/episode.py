@@ -118,7 +118,7 @@ def with_ours(ep: Episode, ours: dict[str, Any]) -> Episode:
     if (errors := each("errors")) is not None:
         steps = [replace(s, error=e if isinstance(e, str) else None) for e, s in zip(errors, steps, strict=True)]
     kinds = each("formats", n + 1)
-    if kinds is not None and all(k in FORMATS for k in kinds):
+    if kinds is not None and all(isinstance(k, str) and k in FORMATS for k in kinds):
         steps = [replace(s, format=k) for k, s in zip(kinds[1:], steps, strict=True)]
         ep = replace(ep, initial_format=kinds[0])
     return replace(ep, steps=steps, truncated=ours.get("truncated") is True)
@@ -347,6 +347,8 @@ def fingerprint(ep: Episode, observations: list[Observation], hashes: list[str],
         parts += (h, obs.extra, step.error or "", "" if reward is None else repr(reward))
         if obs.format != "text":  # (only then: the ids of runs of text stay as they were)
             parts.append(obs.format)
+    if ep.initial_format != "text":
+        parts.append(f"initial {ep.initial_format}")
     if ep.truncated:
         parts.append("truncated")
     return stable_id(*parts)

@@ -215,7 +215,7 @@ def _import_file(
                 summary.already_imported += 1
                 continue
             seen.add(transitions[0].trajectory_id)
-            sink.add(transitions)
+            sink.add(transitions, (item.file, item.where))
 
 
 def _with(ep, executed: str):
@@ -238,9 +238,11 @@ class _Sink:
         self.writers: dict[str, ShardWriter] = {}
         self.buffers: dict[str, list[Transition]] = {}
         self.sizes: dict[str, int] = {}  # row_bytes of each buffer
+        self.where: dict[str, tuple[str, str]] = {}  # a buffered trajectory's file and place in it
 
-    def add(self, transitions: list[Transition]) -> None:
+    def add(self, transitions: list[Transition], where: tuple[str, str]) -> None:
         d = transitions[0].domain
+        self.where[transitions[0].trajectory_id] = where
         buf = self.buffers.setdefault(d, [])
         buf.extend(transitions)
         self.sizes[d] = self.sizes.get(d, 0) + sum(map(row_bytes, transitions))
@@ -261,6 +263,8 @@ class _Sink:
             self.writers[domain].write_episode(buf)  # whole trajectories: a kill keeps all of them or none
         except (TypeError, ValueError, OverflowError):  # a value Arrow refuses that no converter checked
             self.writers[domain].write_episode(self._convertible(buf))
+        for tid in {t.trajectory_id for t in buf}:
+            self.where.pop(tid, None)
 
     def _convertible(self, buf: list[Transition]) -> list[Transition]:
         """The trajectories of ``buf`` that Arrow converts; each other one is its record's
@@ -271,10 +275,13 @@ class _Sink:
             try:
                 to_shard_batch(trajectory)
             except (TypeError, ValueError, OverflowError) as exc:
-                p, s = trajectory[0].provenance, self.summary
+                first, s = trajectory[0], self.summary
                 s.trajectories, s.transitions = s.trajectories - 1, s.transitions - len(trajectory)
-                s.by_domain[trajectory[0].domain] -= len(trajectory)
-                _fail(s, Problem(p.source_file or "", f"record {p.source_record}", f"unwritable ({short(exc)})"), self.strict)
+                s.by_domain[first.domain] -= len(trajectory)
+                if not s.by_domain[first.domain]:
+                    del s.by_domain[first.domain]
+                file, where = self.where.get(first.trajectory_id, (first.provenance.source_file or "", "record"))
+                _fail(s, Problem(file, where, f"unwritable ({short(exc)})"), self.strict)
             else:
                 kept += trajectory
         return kept

@@ -341,7 +341,9 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
                 if not isinstance(answer, dict) or answer.get("requestor") == "user":
                     continue  # a tool the user simulator called: part of the environment's turn, not an answer
                 text = content if answer is m else as_text(answer.get("content"))
-                tagged = _TOOL_RESPONSE.findall(text) if text.count("<tool_response>") > 1 else [None]
+                tagged = _TOOL_RESPONSE.findall(text) if text.count("<tool_response>") > 1 else []
+                if len(tagged) < 2 or len(tagged) != text.count("<tool_response>") or _TOOL_RESPONSE.sub("", text).strip():
+                    tagged = [None]  # one answer, as it is (tags that do not pair, or text beside them)
                 for part in tagged:  # Hermes: the answers to parallel calls, each in its tags, in one turn
                     call = _answered(open_calls, answer.get("tool_call_id", answer.get("id")), answer.get("name"))
                     if call is not None:
@@ -380,13 +382,21 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
     yield with_ours(episode, ours)
 
 
+def _sayable(text: Any) -> bool:
+    """Text an assistant message carries back as what it said: not empty, not ``None``, no
+    call in tags (a reader would take those for a call: the tool-call spelling keeps them)."""
+    return (
+        isinstance(text, str) and text.strip() not in ("", "None") and "<tool_call>" not in text and "Action Input:" not in text
+    )
+
+
 def export(trajectory: Sequence[Transition]) -> dict[str, Any]:
     first = trajectory[0]
     messages: list[dict[str, Any]] = [{"role": "user", "content": first.state.text}]
     for t in trajectory:
         call_id = f"call_{t.step}"
         args = t.action.args
-        if t.action.kind == "message" and isinstance(args.get("text"), str):  # said, not done: the user replies
+        if t.action.kind == "message" and _sayable(args.get("text")):  # said, not done: the user replies
             messages += [{"role": "assistant", "content": args["text"]}, {"role": "user", "content": t.next_state.text}]
             continue
         name, arguments = (args["name"], args.get("arguments", {})) if t.action.kind == "call_tool" else (t.action.kind, args)

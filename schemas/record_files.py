@@ -51,7 +51,7 @@ PARQUET_ROWS = 64  # rows converted to Python at a time: trajectories of a megab
 #: JSON values one record may hold (its commas, counted in a text longer than _COUNTED bytes):
 #: ``[{},{},...]`` is 3 bytes a value in the file and 64 in memory, so a gzip file of half a
 #: megabyte can ask for 30 GB. A real trajectory holds far fewer (100 MB of a run: a few million).
-MAX_VALUES = 1 << 24
+MAX_VALUES = 1 << 23
 _COUNTED = 8 << 20
 MAX_ROW_GROUP = 4 * MAX_RECORD  # 2 GiB uncompressed: a Parquet row group beyond this is refused, unread
 
@@ -292,8 +292,10 @@ def _array_items(path: Path, name: str, whole_array: Callable[[Any], bool] | Non
         with _opened(path) as f:
             for n, value in enumerate(_items(f, lambda: whole is not None)):  # noqa: B023 (its value now)
                 if isinstance(value, _Unread):
-                    if whole is None:
-                        yield Problem(name, f"item {n}", value.reason)
+                    if whole is not None:  # a record missing one of its parts is not that record
+                        yield Problem(name, "record", f"item {n}: {value.reason}")
+                        return
+                    yield Problem(name, f"item {n}", value.reason)
                     continue
                 if n == 0 and whole_array is not None and whole_array(value):
                     whole = [value]
@@ -337,16 +339,20 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
     """The items of the JSON array ``f``, each read by ``parse`` as a line is (orjson,
     Python's parser where orjson refuses: NaN and the infinities, lone surrogate escapes)
     once Python's parser (``raw_decode``) has found its end: what the reader holds is one
-    item and a read. A search that runs into the end of the text read so far is tried again
-    on twice as much, so a long item is searched a few times, not once a read.
+    item and a read. A search that runs into the end of the text read so far (or ends
+    within ``_MARGIN`` characters of it: a number may go on) is tried again on twice as
+    much, so a long item is searched a few times, not once a read.
 
     An item nested deeper than Python's parser recurses (about 1,000 levels) is
-    ``_TOO_DEEP``, its end found by its brackets; one that ``parse`` refuses is
-    ``_Unread``. One longer than ``MAX_RECORD`` characters, or the array beyond that while
-    ``whole()`` (the array is one record), stops the read with ``NotRead``. Invalid UTF-8
-    raises ``UnicodeDecodeError``, broken JSON ``json.JSONDecodeError``."""
-    decode = codecs.getincrementaldecoder("utf-8")().decode
-    text, pos, total, ended = "", 0, 0, False
+    ``_TOO_DEEP``, its end found by its brackets; one that ``parse`` refuses (bytes that
+    are not UTF-8, more than ``MAX_VALUES`` values) is ``_Unread``. One longer than
+    ``MAX_RECORD`` characters, text over ``_COUNTED`` characters holding more than
+    ``MAX_VALUES`` commas before an item's end is found (``raw_decode`` would build it
+    whole to find its end), or the array beyond either while ``whole()`` (the array is
+    one record), stops the read with ``NotRead``. Text after the closing bracket and
+    broken JSON raise ``json.JSONDecodeError``."""
+    decode = codecs.getincrementaldecoder("utf-8")("surrogateescape").decode  # a bad byte: its item's problem only
+    text, pos, total, values, ended = "", 0, 0, 0, False
 
     def more(least: int) -> None:  # read on until the text from pos holds ``least`` characters, or all there is
         nonlocal text, pos, total, ended
@@ -371,24 +377,26 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
         pos = m.start()
         return text[pos]
 
+    too_many = f"holds more than {MAX_VALUES:,} values: not read"
     if next_char() != "[":
         raise json.JSONDecodeError("not an array", text, pos)
     pos += 1
-    if next_char() == "]":
-        return
-    while True:
+    closed = next_char() == "]"
+    while not closed:
         while True:  # the item's end, once read
             value: Any = None
+            if len(text) - pos > _COUNTED and text.count(",", pos) > MAX_VALUES:
+                raise NotRead(too_many)
             try:
                 _, end = _DECODER.raw_decode(text, pos)
             except json.JSONDecodeError as exc:
-                at_end = exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - 16
+                at_end = exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - _MARGIN
                 if not at_end or (ended and exc.pos < len(text) and not exc.msg.startswith("Unterminated")):
                     raise
                 end = None
             except RecursionError:
                 end, value = _end_of(text, pos), _TOO_DEEP
-            if end is not None and (end < len(text) or ended):
+            if end is not None and (end < len(text) - _MARGIN or ended):
                 break
             if len(text) - pos > MAX_RECORD:
                 raise NotRead(f"longer than {MAX_RECORD >> 20} MiB: not read")
@@ -396,23 +404,38 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
                 raise json.JSONDecodeError("cut short", text, len(text))
             more(max(2 * (len(text) - pos), COMPRESSED_READ))
         if value is None:
+            item = text[pos:end]
             try:  # orjson's numbers, as the lines have them: an integer beyond 64 bits is a float
-                value = parse(text[pos:end])
+                if not item.isascii():
+                    item.encode("utf-8")  # a byte that is not UTF-8 (kept as a lone surrogate by the decoder)
+                value = parse(item)
+            except UnicodeEncodeError:
+                value = _Unread("not JSON (bytes that are not UTF-8)")
             except RecursionError:  # orjson stops at 1,024 levels, and Python's parser recursed nearer its limit
                 value = _TOO_DEEP
             except ValueError as exc:  # too many values to hold
                 value = _Unread(f"not JSON ({short(exc)})")
+            if whole():  # the array is one record: its values all count
+                values += item.count(",") + 1
+                if values > MAX_VALUES:
+                    raise NotRead(too_many)
         pos = end
         yield value
         after = next_char()
-        if after == "]":
-            return
-        if after != ",":
+        closed = after == "]"
+        if not closed and after != ",":
             raise json.JSONDecodeError("expected ',' or ']' after an item", text, pos)
-        pos += 1
-        next_char()
+        if not closed:
+            pos += 1
+            next_char()
+    pos += 1
+    if next_char():
+        raise json.JSONDecodeError("more after the array's end", text, pos)
 
 
+#: Characters before the end of the text read so far within which an item's end is not
+#: trusted until more is read (``1.`` may be ``1.5``, ``-Infinity`` cut after ``-Inf``).
+_MARGIN = 32
 _DECODER = json.JSONDecoder()
 
 

@@ -1007,3 +1007,50 @@ def test_spellings_seen_in_dumps_and_configs(agent_data, tmp_path):
     import_files("swe-agent", [tmp_path / "runs.jsonl"], tmp_path / "st3", source="s")
     got = run_query("SELECT DISTINCT task_id, provenance.model AS m FROM transitions ORDER BY 1", str(tmp_path / "st3"))
     assert got.to_pylist() == [{"task_id": "r1", "m": "claude-x"}, {"task_id": "r2", "m": "gpt-y"}]
+
+
+def test_tags_that_do_not_pair_and_kept_fields_of_the_wrong_kind(tmp_path):
+    """A tool turn that mentions ``<tool_response>`` without pairs is one answer, as it is;
+    a ``formats`` list we keep holding a non-string is ignored, not a crash; two runs that
+    differ only in their first state's kind (a page, a text) are two."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    said = "see <tool_response> and <tool_response> in the docs"
+    talk = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [call]}]
+    talk.append({"role": "tool", "tool_call_id": "c1", "content": said})
+    (tmp_path / "t.jsonl").write_text(json.dumps({"id": "t", "messages": talk}) + "\n")
+    import_files("openai-messages", [tmp_path / "t.jsonl"], tmp_path / "st1", source="t")
+    assert [r["obs"] for r in rows(tmp_path / "st1")] == [said]
+    act = {"class_": "api_action", "function": "f", "kwargs": {}}
+    text = {"class_": "text_observation", "content": "<page>", "source": "environment"}
+    page = {"class_": "web_observation", "axtree": "<page>"}
+    runs = [
+        {"id": "a", "content": [text, act, text], "details": {"trajforge": {"formats": [["x"], "text"]}}},
+        {"id": "b", "content": [text, act, text]},
+        {"id": "b", "content": [page, act, text]},
+    ]
+    (tmp_path / "adp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    s = import_files("adp", [tmp_path / "adp.jsonl"], tmp_path / "st2", source="a")
+    assert (s.trajectories, s.malformed, s.already_imported) == (3, 0, 0), s.problems
+
+
+def test_what_no_assistant_message_can_carry_back_keeps_its_tool_call_spelling(agent_data, tmp_path):
+    """An empty message, ``None``, or text holding a call in tags would read back as no
+    step or as a call: the openai-messages export writes those message actions as calls,
+    so the round trip keeps every step and what rides on it."""
+    from dataclasses import replace
+
+    from formats.exporter import trajectories
+    from pipelines.store.writer import ShardWriter
+    from schemas.transition import Action
+
+    import_files("atif", [agent_data / "atif" / "hello-world.trajectory.json"], tmp_path / "src", source="s")
+    [run] = list(trajectories(tmp_path / "src"))
+    texts = ["", '<tool_call>{"name": "x", "arguments": {}}</tool_call>']
+    prov = replace(run[0].provenance, run_id="odd")
+    odd = [replace(t, action=Action.make("message", text=texts[i % 2]), reward=0.5, provenance=prov) for i, t in enumerate(run)]
+    with ShardWriter(str(tmp_path / "a"), odd[0].domain, "odd") as w:
+        w.write_episode(odd)
+    export_store("openai-messages", tmp_path / "a", tmp_path / "out")
+    import_files("openai-messages", [tmp_path / "out"], tmp_path / "b", source="again")
+    kept = ("step", "kind", "action", "obs", "reward")
+    assert [tuple(r[k] for k in kept) for r in rows(tmp_path / "b")] == [tuple(r[k] for k in kept) for r in rows(tmp_path / "a")]

@@ -247,7 +247,10 @@ def test_a_value_arrow_refuses_costs_its_trajectory_not_the_batch(agent_data, tm
     record = json.loads((agent_data / FIXTURES["atif"]).read_text())
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(record | {"session_id": f"s-{i}"}) + "\n" for i in range(3)))
     s = import_files("atif", [tmp_path / "runs.jsonl"], tmp_path / "st", source="odd")
-    assert (s.trajectories, s.malformed) == (2, 1) and s.problems[0].where == "record s-1"
+    assert (s.trajectories, s.malformed) == (2, 1) and (s.problems[0].file, s.problems[0].where) == (
+        str(tmp_path / "runs.jsonl"),
+        "line 2",
+    )
     assert "unwritable" in s.problems[0].reason and s.by_domain == {"swe": s.transitions}
     got = run_query("SELECT count(DISTINCT trajectory_id) AS n, count(*) AS rows FROM transitions", str(tmp_path / "st"))
     assert got.to_pylist() == [{"n": 2, "rows": s.transitions}]

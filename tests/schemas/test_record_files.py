@@ -290,5 +290,37 @@ def test_a_record_of_more_values_than_memory_can_hold_is_named_not_read(tmp_path
     (tmp_path / "c.json").write_text(json.dumps(bomb, indent=1))
     said = "holds more than 2,000 values: not read"
     assert read(tmp_path / "a.jsonl.gz") == ([fine], [f"{tmp_path / 'a.jsonl.gz'}: line 2: not JSON ({said})"])
-    assert read(tmp_path / "b.json") == ([fine, fine], [f"{tmp_path / 'b.json'}: item 1: not JSON ({said})"])
+    monkeypatch.setattr(record_files, "COMPRESSED_READ", 100)  # (the text read holds one item, as at real sizes)
+    # in an array the count comes before Python's parser builds the item to find its end, and stops the read
+    assert read(tmp_path / "b.json") == ([fine], [f"{tmp_path / 'b.json'}: item 1: {said}"])
+    whole = [{"role": "user", "content": "hi"}] + [{}] * 3000  # one record: its items' values all count
+    (tmp_path / "d.json").write_text(json.dumps(whole))
+    assert read(tmp_path / "d.json", whole_array=lambda first: True) == ([], [f"{tmp_path / 'd.json'}: record: {said}"])
     assert read(tmp_path / "c.json") == ([], [f"{tmp_path / 'c.json'}: record: not JSON ({said})"])
+
+
+@pytest.mark.parametrize("read_size", [1, 2, 3, 5, 7, 11, 64])
+def test_an_array_read_in_pieces_of_any_size_reads_as_its_lines(tmp_path, monkeypatch, read_size):
+    """Numbers, literals, escapes and UTF-8 cut at every place by the reads; a byte that is
+    not UTF-8 costs its item only; text after the array's end is a problem."""
+    monkeypatch.setattr(record_files, "COMPRESSED_READ", read_size)
+    items = [1.5, -0.25e-3, 12345678901, True, None, "é😀\\u00e9", {"a": [1, 2.5, "x,]"]}, float("nan"), -1e300, [], {}]
+    text = json.dumps(items * 3).encode()
+    (tmp_path / "a.json").write_bytes(text)
+    values, problems = read(tmp_path / "a.json")
+    assert problems == [] and _same(values, items * 3)
+    bad = text[:-1] + b', {"b": "\xff"}, {"c": 3}]'
+    (tmp_path / "b.json").write_bytes(bad)
+    values, problems = read(tmp_path / "b.json")
+    assert _same(values, [*items * 3, {"c": 3}])
+    assert problems == [f"{tmp_path / 'b.json'}: item 33: not JSON (bytes that are not UTF-8)"]
+    (tmp_path / "c.json").write_bytes(text + b" [7]")
+    values, problems = read(tmp_path / "c.json")
+    assert _same(values, items * 3) and problems == [f"{tmp_path / 'c.json'}: item 33: not JSON (more after the array's end)"]
+
+
+def test_a_whole_array_record_missing_a_part_is_a_problem_not_a_shorter_record(tmp_path):
+    talk = [{"role": "user", "content": "a"}, [[[[]]]], {"role": "assistant", "content": "b"}]
+    (tmp_path / "t.json").write_bytes(json.dumps(talk).encode().replace(b"[[[[]]]]", b"[" * 5000 + b"]" * 5000))
+    values, problems = read(tmp_path / "t.json", whole_array=lambda first: True)
+    assert values == [] and problems == [f"{tmp_path / 't.json'}: record: item 1: nested too deep to read"]
