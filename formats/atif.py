@@ -139,7 +139,7 @@ def _trajectory(record: Any) -> Iterator[Episode]:
                 pending.append({"source": source, "message": message, **({"observation": seen} if seen else {})})
             continue
         model = step.get("model_name") if isinstance(step.get("model_name"), str) else model
-        said = _said(step, where, pending)
+        said = None if step.get("tool_calls") or step.get("observation") else _said(step, pending)
         if said is None:
             out.extend(_agent_steps(step, where, pending))
         pending = []
@@ -184,12 +184,10 @@ def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:
     return by_call, loose
 
 
-def _said(step: dict, where: str, before: list[dict[str, str]]) -> Step | None:
-    """An agent step that only says something (a message, no tool call, no result): a
-    ``message`` action, whose observation is the user's reply (a step of its own, next);
-    None for any other step."""
-    if step.get("tool_calls") or step.get("observation"):
-        return None
+def _said(step: dict, before: list[dict[str, str]]) -> Step | None:
+    """An agent step without tool calls or results that says something: a ``message``
+    action, whose observation is the user's reply (a step of its own, next); None where it
+    says nothing."""
     ours = (step.get("extra") or {}).get("trajforge") if isinstance(step.get("extra"), dict) else None
     ours = ours if isinstance(ours, dict) else {}
     if not as_text(step.get("message")) and not isinstance(ours.get("action"), dict):

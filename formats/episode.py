@@ -97,6 +97,8 @@ def with_ours(ep: Episode, ours: dict[str, Any]) -> Episode:
     """An episode with what our own export kept (``ours_of``) read back, each list where it
     has one entry a step: the exact actions, rewards and errors, the observations' kinds
     (and the first state's), and whether the episode was cut short."""
+    if not ours:  # the common case: another project's record
+        return ep
     steps, n = list(ep.steps), len(ep.steps)
 
     def each(key: str, size: int = n) -> list | None:
@@ -252,9 +254,9 @@ def to_transitions(
     ]
     hashes = [content_hash(observations[i], s.action, observations[i + 1]) for i, s in enumerate(ep.steps)]
     last = len(ep.steps) - 1
-    rewards = [
-        _reward(s.reward if s.reward is not None else (ep.reward if i == last else None), i) for i, s in enumerate(ep.steps)
-    ]
+    rewards = [s.reward if s.reward is not None else (ep.reward if i == last else None) for i, s in enumerate(ep.steps)]
+    if rewards.count(None) < len(rewards):
+        rewards = [None if r is None else _reward(r, i) for i, r in enumerate(rewards)]
     key = fingerprint(ep, observations, hashes, rewards)
     record_id = CONTENT_ID + key[:24] if ep.record_id == CONTENT_ID else ep.record_id
     trajectory_id = "imp-" + stable_id(origin.source, record_id, *trajectory_key, key)
@@ -308,6 +310,15 @@ def _check(ep: Episode) -> None:
     """An episode's fields are of the types its transitions hold (a source's extension
     fields, such as ``extra.trajforge``, can hold anything): ``RecordError`` naming the
     field where one is not."""
+    texts = (ep.instruction, ep.task_id, ep.agent, ep.model)
+    if type(ep.initial) is str and texts.count(None) + [type(v) for v in texts].count(str) == 4:
+        for step in ep.steps:  # (every record is checked: the checks below only name what is wrong)
+            if type(step.action.kind) is not str or type(step.observation) is not str:
+                break
+            if step.error is not None and type(step.error) is not str:
+                break
+        else:
+            return
     for name in ("instruction", "task_id", "agent", "model"):
         value = getattr(ep, name)
         need(value is None or isinstance(value, str), "{}: not a string ({})", name, type(value).__name__)
