@@ -217,7 +217,7 @@ def _object_or_lines(f: io.BufferedReader, name: str, blank_lines: int) -> Itera
 _NOTHING = object()
 #: The longest first line an array's file is read as JSON Lines by (a list of chat messages
 #: a line); a longer one is an array's, streamed.
-ARRAY_FIRST_LINE = 64 << 20
+ARRAY_FIRST_LINE = 8 << 20
 
 
 def _array_or_lines(f: io.BufferedReader, name: str, blank_lines: int) -> Generator[Record | Problem, None, str]:
@@ -351,11 +351,12 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
     whole to find its end), or the array beyond either while ``whole()`` (the array is
     one record), stops the read with ``NotRead``. Text after the closing bracket and
     broken JSON raise ``json.JSONDecodeError``."""
-    decode = codecs.getincrementaldecoder("utf-8")("surrogateescape").decode  # a bad byte: its item's problem only
+    decoder = codecs.getincrementaldecoder("utf-8")()
     text, pos, total, values, ended = "", 0, 0, 0, False
+    lenient = False  # a byte that is not UTF-8 was read: kept as a lone surrogate, its item's problem only
 
     def more(least: int) -> None:  # read on until the text from pos holds ``least`` characters, or all there is
-        nonlocal text, pos, total, ended
+        nonlocal text, pos, total, ended, decoder, lenient
         parts, have = [text[pos:]], len(text) - pos
         while have < least and not ended:
             chunk = f.read(COMPRESSED_READ)
@@ -363,7 +364,13 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
             if total > MAX_RECORD and whole():
                 raise NotRead(f"longer than {MAX_RECORD >> 20} MiB: not read")
             ended = not chunk
-            parts.append(decode(chunk, final=ended))
+            state = decoder.getstate()
+            try:
+                parts.append(decoder.decode(chunk, final=ended))
+            except UnicodeDecodeError:
+                decoder, lenient = codecs.getincrementaldecoder("utf-8")("surrogateescape"), True
+                decoder.setstate(state)
+                parts.append(decoder.decode(chunk, final=ended))
             have += len(parts[-1])
         text, pos = "".join(parts), 0
 
@@ -382,7 +389,10 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
         raise json.JSONDecodeError("not an array", text, pos)
     pos += 1
     closed = next_char() == "]"
+    expect = 0  # the last item's length: the next one is read that far before it is parsed (items are alike)
     while not closed:
+        if not ended and len(text) - pos < expect:
+            more(expect + COMPRESSED_READ)
         while True:  # the item's end, once read
             value: Any = None
             if len(text) - pos > _COUNTED and text.count(",", pos) > MAX_VALUES:
@@ -406,7 +416,7 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
         if value is None:
             item = text[pos:end]
             try:  # orjson's numbers, as the lines have them: an integer beyond 64 bits is a float
-                if not item.isascii():
+                if lenient and not item.isascii():
                     item.encode("utf-8")  # a byte that is not UTF-8 (kept as a lone surrogate by the decoder)
                 value = parse(item)
             except UnicodeEncodeError:
@@ -419,7 +429,7 @@ def _items(f: io.BufferedReader, whole: Callable[[], bool]) -> Iterator[Any]:
                 values += item.count(",") + 1
                 if values > MAX_VALUES:
                     raise NotRead(too_many)
-        pos = end
+        expect, pos = end - pos, end
         yield value
         after = next_char()
         closed = after == "]"
