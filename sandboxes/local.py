@@ -169,13 +169,16 @@ class LocalSandbox(Sandbox):
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 10.0) -> None:
-        """bwrap reports the pid before its mounts are done: wait until /work inside is ours."""
+        """bwrap reports the pid before its mounts are done: wait until /work inside is ours,
+        and is the sandbox's working folder (every exec enters with its cwd, ``nsenter -w``:
+        one that came before bwrap's ``--chdir`` ran in ``/``, seen under load)."""
         want = os.stat(self.work)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             try:
                 got = os.stat(f"/proc/{self.init_pid}/root{WORKDIR}")
-                if (got.st_dev, got.st_ino) == (want.st_dev, want.st_ino):
+                cwd = os.stat(f"/proc/{self.init_pid}/cwd")
+                if (got.st_dev, got.st_ino) == (cwd.st_dev, cwd.st_ino) == (want.st_dev, want.st_ino):
                     return
             except OSError:
                 pass
