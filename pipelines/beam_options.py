@@ -13,9 +13,12 @@ from schemas.errors import ConfigError, require
 
 # Runners Beam knows only by their class path: the short name a user types, and the class. Beam's
 # DaskRunner lacks what these pipelines need (tagged outputs, branches, side inputs, grouping): the
-# subclass in pipelines.beam_dask has it, and takes Beam's full path too.
+# subclass in pipelines.beam_dask has it, and takes Beam's full path too. The DirectRunner is
+# Beam's FnApiRunner pinned (pipelines.beam_local): Beam's own first tries a Prism binary it
+# downloads at run time.
 DASK = "pipelines.beam_dask.DaskRunner"
-RUNNER_PATHS = {"DaskRunner": DASK, "apache_beam.runners.dask.dask_runner.DaskRunner": DASK}
+LOCAL = "pipelines.beam_local.LocalRunner"
+RUNNER_PATHS = {"DaskRunner": DASK, "apache_beam.runners.dask.dask_runner.DaskRunner": DASK, "DirectRunner": LOCAL}
 
 
 def with_runner_paths(args: list[str]) -> list[str]:
@@ -40,7 +43,7 @@ def load_runner_options(args: list[str]) -> None:
 
 def beam_args_for(runner: str, extra: list[str], workers: int) -> list[str]:
     """Beam's options for ``--runner R`` and the user's extra ones; Beam's local runner is
-    the portable in-process one in multi-process mode (its newer default fetches a binary).
+    the FnApiRunner (``pipelines.beam_local``) in multi-process mode.
     Curation, releases and Beam collection all start their pipelines with these."""
     args = with_runner_paths([f"--runner={runner}", *extra])
     if runner in ("DirectRunner", "FnApiRunner") and not any(a.startswith("--direct_running_mode") for a in extra):

@@ -49,7 +49,10 @@ def test_beam_wiring_decides_every_transition_once_and_finds_the_planted_duplica
         assert stages.count("exact_dedup") == summary.exact_duplicate_trajectories
         assert stages.count("near_dedup") == summary.near_duplicate_trajectories
 
-    with BeamTestPipeline(argv=IN_MEMORY) as p:
+    from pipelines.beam_options import beam_options
+
+    # (TestPipeline reads its argv's --test-pipeline-options only: the options go in whole)
+    with BeamTestPipeline(options=beam_options(IN_MEMORY)) as p:
         decisions, _kept = build(p, paths, str(tmp_path / "s"), cfg)
         assert_that(decisions | beam.combiners.ToList(), lambda lists: check(lists[0]))
 
@@ -160,7 +163,7 @@ def test_beam_options_pass_through(runner_flag):
     opts = beam_options([runner_flag, "--project=p"]).get_all_options()
     assert opts["runner"] == "DataflowRunner" and opts["project"] == "p"
     local = beam_options([]).get_all_options()
-    assert local["runner"] == "DirectRunner" and local["direct_running_mode"] == "multi_processing"
+    assert local["runner"] == "pipelines.beam_local.LocalRunner" and local["direct_running_mode"] == "multi_processing"
 
 
 def test_passes_over_groups_of_runs_decide_like_one_pass(tmp_path):
