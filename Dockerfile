@@ -70,7 +70,11 @@ COPY serve ./serve
 COPY openenv.yaml ./
 COPY examples ./examples
 COPY deploy ./deploy
-RUN if [ -s /run/host-ca.crt ]; then export PIP_CERT=/run/host-ca.crt; fi; pip install -q --no-deps -e . && trajforge --help >/dev/null
+# Bytecode in the image: a container writes none that outlives it, so each job would compile
+# every module it imports again.
+RUN if [ -s /run/host-ca.crt ]; then export PIP_CERT=/run/host-ca.crt; fi; pip install -q --no-deps -e . \
+    && python -m compileall -q -j0 trajforge.py schemas llm sandboxes collectors formats pipelines training simulate serve >/dev/null \
+    && trajforge --help >/dev/null
 
 COPY --from=beam-boot /opt/beam-boot /opt/apache/beam
 COPY scripts/image-entrypoint.sh /usr/local/bin/trajforge-entrypoint

@@ -4,6 +4,7 @@
     python benchmarks/import.py --sizes 200000 --repeat 3 --baseline /tmp/base   # same-run A/B
     python benchmarks/import.py --input jsonl parquet  # the same records as Parquet too (as the Hub serves them)
     python benchmarks/import.py --floor  # where a transition's time goes, in one process
+    python benchmarks/import.py --startup 9  # a command's start, with and without bytecode
 
 
 For each format, the fixtures in ``../shared/fixtures/agent-data`` are replicated with
@@ -25,6 +26,10 @@ shard's zstd), and the part of it spent inside the libraries alone on the same b
 (orjson's parse, blake2b over the content hashes' bytes, RE2's scan of each observation,
 Arrow's zstd IPC write): what no Python above them can save. The goal is 50 us a
 transition.
+
+Both checkouts are compiled first (``compile_checkout``), as ``make install`` leaves this one:
+where PYTHONDONTWRITEBYTECODE is set, a checkout without bytecode compiles its modules at
+every start. ``--startup N`` measures what that costs a command.
 
 ``--repeat N`` runs each import N times (medians reported); ``--baseline DIR`` also runs
 every import with another checkout's ``trajforge.py`` (``git worktree add DIR REV``), in
@@ -85,6 +90,15 @@ def _no_empty_objects(value):
     if isinstance(value, list):
         return [_no_empty_objects(v) for v in value]
     return value
+
+
+def compile_checkout(root: Path) -> None:
+    """A checkout's modules compiled, as ``make install`` leaves them: where
+    PYTHONDONTWRITEBYTECODE is set, a checkout without bytecode (a baseline's worktree)
+    compiles them at every start (0.2 s a command), and the comparison would be unfair."""
+    packages = sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file() and p.name != "tests")
+    cmd = [sys.executable, "-m", "compileall", "-q", "-j0", "trajforge.py", *packages]
+    subprocess.run(cmd, cwd=root, check=True, capture_output=True)
 
 
 def timed(cmd: list[str], root: Path = ROOT) -> tuple[float, float, int, str]:
@@ -208,7 +222,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each import (medians reported)")
     ap.add_argument("--baseline", type=Path, help="another checkout, run in turn with this one")
     ap.add_argument("--floor", action="store_true", help="only where a transition's time goes (see above)")
+    ap.add_argument(
+        "--startup", type=int, metavar="N", help="only the start of an import, with and without bytecode, N times each"
+    )
     args = ap.parse_args(argv)
+    if args.startup:
+        _startup_table(args.startup)
+        return
     if args.floor:
         tmp = Path(tempfile.mkdtemp(prefix="trajforge-import-floor-"))
         try:
@@ -218,6 +238,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.baseline is not None and not (args.baseline / "trajforge.py").is_file():
         raise SystemExit(f"--baseline: {args.baseline} has no trajforge.py")
+    for root in (ROOT, args.baseline):
+        if root is not None:
+            compile_checkout(root)
     tmp = Path(tempfile.mkdtemp(prefix="trajforge-import-bench-"))
     rows, exports, ab = [], [], []
     try:
@@ -269,6 +292,42 @@ def main(argv: list[str] | None = None) -> None:
         print("|---|---|---|---|---|---|")
         for fmt, n, wall, cpu, rss in exports:
             print(f"| {fmt} | {n:,} | {wall:.1f} | {cpu:.1f} | {n / wall:,.0f} | {rss / 1024:,.0f} |")
+
+
+def _startup_table(times: int) -> None:
+    """``trajforge import`` of an empty file, in turn with this checkout's bytecode (as
+    ``make install`` leaves it) and without it (its ``__pycache__`` folders removed), under
+    PYTHONDONTWRITEBYTECODE=1 as on CI machines and in containers: medians of ``times``."""
+    packages = [p for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name != "tests"]
+    tmp = Path(tempfile.mkdtemp(prefix="trajforge-import-startup-"))
+    (tmp / "empty.jsonl").write_bytes(b"")
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    runs: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
+    try:
+        for i in range(times):
+            for name in runs:
+                if name == "with":
+                    compile_checkout(ROOT)
+                else:
+                    for cache in [c for p in packages for c in p.rglob("__pycache__")]:
+                        shutil.rmtree(cache)
+                store = tmp / f"store-{name}-{i}"
+                wall, cpu, *_ = timed(["import", "swe-agent", str(tmp / "empty.jsonl"), "--store", str(store), "--source", "b"])
+                runs[name].append((wall, cpu))
+    finally:
+        compile_checkout(ROOT)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"### Start of `trajforge import` ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, median of {times})")
+    print()
+    print("| bytecode | wall s | CPU s | CPU s, runs |")
+    print("|---|---|---|---|")
+    medians = {}
+    for name, each in runs.items():
+        wall, cpu = (statistics.median(r[i] for r in each) for i in range(2))
+        medians[name] = cpu
+        print(f"| {name} | {wall:.3f} | {cpu:.3f} | {', '.join(f'{c:.2f}' for _, c in each)} |")
+    saved = medians["without"] - medians["with"]
+    print(f"\nCPU without / with: {medians['without'] / medians['with']:.2f}x ({saved:.3f} s a command)")
 
 
 # Each measured command runs in its own wrapper process, whose rusage is the command's alone.

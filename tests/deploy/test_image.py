@@ -67,6 +67,21 @@ def test_the_image_has_what_the_collectors_need(image):
     assert "beam 2." in out and "mcp-server-time" in out and "mcp-server-sqlite" in out
 
 
+def test_the_image_holds_the_bytecode_of_every_module(image):
+    """Modules `trajforge --help` does not import are compiled too: a container writes no
+    bytecode that outlives it, so a job would compile them at every start."""
+    check = (
+        "import importlib.util, pathlib; "
+        "py = [p for d in ('formats', 'pipelines', 'collectors') for p in pathlib.Path(d).rglob('*.py')]; "
+        "missing = [str(p) for p in py if not pathlib.Path(importlib.util.cache_from_source(str(p))).exists()]; "
+        "print(len(py), 'modules', missing)"
+    )
+    proc = _podman("run", "--rm", "--network=none", "--entrypoint", "python", image, "-c", check)
+    assert proc.returncode == 0, proc.stderr
+    count = int(proc.stdout.split()[0])
+    assert count > 50 and proc.stdout.strip().endswith("modules []"), proc.stdout
+
+
 def test_the_image_collects_a_tiny_job_into_a_mounted_store(image, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
