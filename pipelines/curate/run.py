@@ -17,8 +17,8 @@
    keys), so a later curation of new runs dedupes against everything curated before.
    The same input and config give byte-identical output; ``report.json`` comes last.
 
-Beam runs on this machine with its portable in-process runner in multi-process mode
-(the default runner otherwise fetches a binary at run time); ``--runner`` and any other
+Beam runs on this machine with its FnApiRunner in multi-process mode (``pipelines.beam_local``:
+Beam's DirectRunner would first fetch a Prism binary at run time); ``--runner`` and any other
 Beam options are passed through, so the same pipeline runs on Dataflow, Flink or Spark.
 """
 
