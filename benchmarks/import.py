@@ -92,12 +92,16 @@ def _no_empty_objects(value):
     return value
 
 
+def project_packages(root: Path) -> list[Path]:
+    """A checkout's packages (its top-level folders with an ``__init__.py``), tests aside."""
+    return sorted(p for p in root.iterdir() if (p / "__init__.py").is_file() and p.name != "tests")
+
+
 def compile_checkout(root: Path) -> None:
     """A checkout's modules compiled, as ``make install`` leaves them: where
     PYTHONDONTWRITEBYTECODE is set, a checkout without bytecode (a baseline's worktree)
     compiles them at every start (0.2 s a command), and the comparison would be unfair."""
-    packages = sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file() and p.name != "tests")
-    cmd = [sys.executable, "-m", "compileall", "-q", "-j0", "trajforge.py", *packages]
+    cmd = [sys.executable, "-m", "compileall", "-q", "-j0", "trajforge.py", *(p.name for p in project_packages(root))]
     subprocess.run(cmd, cwd=root, check=True, capture_output=True)
 
 
@@ -298,7 +302,7 @@ def _startup_table(times: int) -> None:
     """``trajforge import`` of an empty file, in turn with this checkout's bytecode (as
     ``make install`` leaves it) and without it (its ``__pycache__`` folders removed), under
     PYTHONDONTWRITEBYTECODE=1 as on CI machines and in containers: medians of ``times``."""
-    packages = [p for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name != "tests"]
+    packages = project_packages(ROOT)
     tmp = Path(tempfile.mkdtemp(prefix="trajforge-import-startup-"))
     (tmp / "empty.jsonl").write_bytes(b"")
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
