@@ -57,10 +57,12 @@ def export(
         str | None, typer.Option(help="Query engine's memory cap, e.g. 2GB (default: half the RAM, at most 4GB).")
     ] = None,
 ) -> None:
-    """Write a selection of a store's trajectories in one of the field's formats."""
+    """Write a selection of a store's trajectories in one of the field's formats, replacing
+    that format's previous export in the folder (other files stay)."""
     import math
 
     from formats.exporter import export_store
 
     s = export_store(fmt, store, out, where=where, timeout=math.inf if timeout is None else timeout, memory=memory)
-    typer.echo(f"exported {s.trajectories} trajectories ({s.transitions} transitions) to {s.files} files in {out}")
+    replaced = f"; removed {s.removed} files of the previous {fmt} export" if s.removed else ""
+    typer.echo(f"exported {s.trajectories} trajectories ({s.transitions} transitions) to {s.files} files in {out}{replaced}")

@@ -8,8 +8,15 @@ trajectory is written once all its rows have come: memory holds the trajectories
 way (one, where a store keeps a trajectory's rows together, as trajforge's writers do),
 never the store, and the engine sorts nothing. Each trajectory is written as its own file
 (``<trajectory_id>.json``, ``file_name``, for formats of one object per trajectory) or as
-one line of ``<format>.jsonl``, each file first written beside its final name and then
-renamed.
+one line of ``<format>.jsonl``.
+
+An export of a format replaces that format's previous export in the folder, whole: its
+files are written into a staging folder beside them (``.trajforge-export-<format>.partial``)
+and moved in when the last is written, and the files of the previous export that this one
+did not write again are removed. The folder's list of them is
+``.trajforge-export-<format>`` (a dot file without a suffix: no ``*.json`` or ``*.jsonl`` pattern takes it).
+Nothing else in the folder is touched. A killed or failed export leaves the previous
+export as it was (the staging folder goes at the next export).
 """
 
 from __future__ import annotations
@@ -18,11 +25,14 @@ import contextlib
 import math
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import attrgetter
+from pathlib import Path
 
 import duckdb
+import orjson
 
 from formats import fewer_collections, format_module
 from formats.episode import stable_id
@@ -39,6 +49,7 @@ class ExportSummary:
     trajectories: int = 0
     transitions: int = 0
     files: int = 0
+    removed: int = 0  # files of the previous export of the format that this one did not write
 
 
 #: Name of the column the selection adds: the row's trajectory's number of selected rows.
@@ -106,21 +117,92 @@ def export_store(
     folder = out_folder(out)
     summary = ExportSummary()
     one_file_each = getattr(module, "ONE_FILE_PER_TRAJECTORY", True)
-    with contextlib.ExitStack() as stack, fewer_collections():
-        lines = None if one_file_each else stack.enter_context(written(folder / f"{module.NAME}.jsonl"))
-        for trajectory in trajectories(handle, where, timeout=timeout, memory=memory):
-            value = module.export(trajectory)
-            summary.trajectories += 1
-            summary.transitions += len(trajectory)
-            if lines is None:
-                with written(folder / file_name(trajectory[0].trajectory_id)) as f:
-                    f.write(dumps(value, indent=2))
-                summary.files += 1
-            else:
-                lines.write(dumps(value) + "\n")
-    if not one_file_each:
-        summary.files += 1
+    stage = _fresh(folder / f".trajforge-export-{module.NAME}.partial")
+    try:
+        with contextlib.ExitStack() as stack, fewer_collections():
+            lines = None if one_file_each else stack.enter_context(written(stage / f"{module.NAME}.jsonl"))
+            for trajectory in trajectories(handle, where, timeout=timeout, memory=memory):
+                value = module.export(trajectory)
+                summary.trajectories += 1
+                summary.transitions += len(trajectory)
+                if lines is None:
+                    with written(stage / file_name(trajectory[0].trajectory_id)) as f:
+                        f.write(dumps(value, indent=2))
+                    summary.files += 1
+                else:
+                    lines.write(dumps(value) + "\n")
+        if not one_file_each:
+            summary.files += 1
+        summary.removed = _move_in(stage, folder, folder / f".trajforge-export-{module.NAME}", summary)
+    finally:
+        _remove(stage)
     return summary
+
+
+def _fresh(stage: Path) -> Path:
+    """An empty staging folder (what a killed export left there removed first)."""
+    _remove(stage)
+    try:
+        stage.mkdir()
+    except OSError as exc:
+        raise ConfigError(f"--out: cannot make {stage} ({exc.strerror or exc})") from None
+    return stage
+
+
+def _remove(path: Path) -> None:
+    """A file, a link (never what it points to) or a folder, where there is one."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _move_in(stage: Path, folder: Path, listing: Path, summary: ExportSummary) -> int:
+    """The staged files moved into ``folder`` and the previous export's files that were
+    not written again removed: how many. The list is first written as both exports' files,
+    so an export killed while moving leaves a list that names everything to remove."""
+    new = sorted(p.name for p in stage.iterdir())
+    for name in new:
+        if (folder / name).is_dir() and not (folder / name).is_symlink():
+            raise ConfigError(f"--out: {folder / name} is a folder, where the export writes a file")
+    old = _listed(listing)
+    stale = sorted(old - set(new))
+    if stale:
+        _write_listing(listing, sorted(old | set(new)), summary)
+    for name in new:
+        os.replace(stage / name, folder / name)
+    for name in stale:
+        if not ((folder / name).is_dir() and not (folder / name).is_symlink()):
+            with contextlib.suppress(FileNotFoundError):
+                (folder / name).unlink()
+    _write_listing(listing, new, summary)
+    return len(stale)
+
+
+def _write_listing(listing: Path, files: list[str], summary: ExportSummary) -> None:
+    with written(listing) as f:
+        f.write(dumps({"files": files, "trajectories": summary.trajectories, "transitions": summary.transitions}))
+
+
+def _listed(listing: Path) -> set[str]:
+    """The files a previous export's list names: only plain names of files such an export
+    writes (the list is input like any other: a name with a ``/``, ``..`` or a dot first
+    is not ours and stays). Nothing where there is no list, or none that is readable."""
+    if listing.is_symlink() or not listing.is_file():
+        return set()
+    try:
+        value = orjson.loads(listing.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return set()
+    files = value.get("files") if isinstance(value, dict) else None
+    if not isinstance(files, list):
+        return set()
+    return {n for n in files if isinstance(n, str) and _OWN_NAME.fullmatch(n)}
+
+
+#: A name an export writes: ``file_name``'s characters, never a dot first.
+_OWN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
 
 
 #: What a file name keeps of a trajectory id; every other character becomes ``_``.
@@ -132,8 +214,24 @@ def file_name(trajectory_id: str) -> str:
     every character but letters, digits, ``.``, ``_`` and ``-`` made ``_`` (collected ids
     hold ``:`` and task ids ``/``; a store written by someone else may hold ``../``) and a
     digest of the whole id after it, so two ids never share a file. At most 200 characters
-    of the id are kept: a file name has 255 bytes."""
+    of the id are kept: a file name has 255 bytes.
+
+    A plain name is lower case and does not end as a digested name does (``-`` and 16 hex
+    digits): on a file system that ignores case (macOS's, Windows') ``Run-1`` and ``run-1``
+    would be one file, and a store written by someone else could name a trajectory as
+    another's digested name, so that one file of the export would overwrite another."""
     name = _NAME_CHARS.sub("_", trajectory_id)
-    if name != trajectory_id or name.startswith(".") or not name or len(name) > 200:
+    if (
+        name != trajectory_id
+        or name.startswith(".")
+        or not name
+        or len(name) > 200
+        or name != name.lower()
+        or _DIGESTED.search(name)
+    ):
         name = f"{name.lstrip('.')[:160]}-{stable_id(trajectory_id)[:16]}"
     return f"{name}.json"
+
+
+#: How a digested file name ends (``file_name``).
+_DIGESTED = re.compile(r"-[0-9a-f]{16}\Z")

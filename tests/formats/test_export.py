@@ -46,8 +46,8 @@ def test_a_trajectory_split_across_batches_and_shards_exports_as_if_it_were_whol
     assert all([t.step for t in traj] == list(range(12)) for traj in got)
     export_store("atif", tmp_path / "store", tmp_path / "in-order")
     export_store("atif", scrambled, tmp_path / "out-of-order")
-    names = sorted(p.name for p in (tmp_path / "in-order").iterdir())
-    assert names == sorted(p.name for p in (tmp_path / "out-of-order").iterdir()) and len(names) == 2
+    names = sorted(p.name for p in (tmp_path / "in-order").glob("*.json"))
+    assert names == sorted(p.name for p in (tmp_path / "out-of-order").glob("*.json")) and len(names) == 2
     for name in names:
         assert (tmp_path / "in-order" / name).read_bytes() == (tmp_path / "out-of-order" / name).read_bytes()
 
@@ -95,13 +95,17 @@ def test_a_where_that_is_not_one_condition_is_refused_before_it_runs(agent_data,
 
 def test_trajectory_ids_that_are_no_file_names_stay_in_the_out_folder(agent_data, tmp_path):
     """Collected ids hold ``:`` and task ids ``/``; a store written by someone else may hold
-    ``../`` or an absolute path. Each file is a safe name inside ``--out``, one per id, and
-    the id itself is kept in the file."""
+    ``../``, an absolute path or another id's digested file name. Each file is a safe name
+    inside ``--out``, one per id even where case is ignored, and the id itself is kept in
+    the file."""
     import dataclasses
 
     _import_copies(agent_data, tmp_path, "swe-agent/pydicom__pydicom-1458.traj", "swe-agent", 1)
     [trajectory] = list(trajectories(tmp_path / "store"))
+    from formats.episode import stable_id
+
     ids = ["job:org/repo.task:0", "../../escaped", str(tmp_path / "abs-escape"), ".hidden", "x" * 300, "job_org_repo.task_0"]
+    ids += ["Run-A", "run-a", "job_org_repo.task_0-" + stable_id("job:org/repo.task:0")[:16]]  # one file on macOS; forged
     for n, tid in enumerate(ids):
         with ShardWriter(str(tmp_path / "odd"), "swe", f"run-{n}") as w:
             w.write_episode(
@@ -112,10 +116,11 @@ def test_trajectory_ids_that_are_no_file_names_stay_in_the_out_folder(agent_data
             )
     out = tmp_path / "a" / "b" / "out"
     s = export_store("atif", tmp_path / "odd", out)
-    files = sorted(out.iterdir())
+    files = sorted(out.glob("*.json"))
     assert s.files == len(files) == len(ids)
     assert {json.loads(f.read_text())["session_id"] for f in files} == set(ids)
     assert all(len(f.name) <= 255 and not f.name.startswith(".") for f in files)
+    assert len({f.name.lower() for f in files}) == len(ids)  # apart where case is not
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "odd", "runs.jsonl", "store"]  # nothing written beside
     assert not (tmp_path / "abs-escape.json").exists() and "job_org_repo.task_0.json" in {f.name for f in files}
 
@@ -133,14 +138,19 @@ def test_an_export_writes_json_only_never_through_a_planted_link(agent_data, tmp
     assert import_files("atif", [tmp_path / "odd.json"], tmp_path / "store", source="odd").trajectories == 1
     out = tmp_path / "out"
     out.mkdir()
-    target = tmp_path / "victim.txt"
+    target, victims = tmp_path / "victim.txt", tmp_path / "victims"
     target.write_text("keep")
-    (out / ".adp.jsonl.partial").symlink_to(target)
+    victims.mkdir()
+    (victims / "keep.txt").write_text("keep")
+    (out / "adp.jsonl").symlink_to(target)  # at a file's name, the staging folder's and the list's
+    (out / ".trajforge-export-atif.partial").symlink_to(victims)
+    (out / ".trajforge-export-openai-messages").symlink_to(target)
     for fmt in ("atif", "adp", "openai-messages"):
         export_store(fmt, tmp_path / "store", out)
-    assert target.read_text() == "keep" and not (out / ".adp.jsonl.partial").exists()
+    assert target.read_text() == "keep" and [p.name for p in victims.iterdir()] == ["keep.txt"]
+    assert not any(p.is_symlink() for p in out.iterdir()) and not (out / ".trajforge-export-atif.partial").exists()
     nulls = []
-    for f in out.iterdir():  # orjson, as JavaScript, reads JSON only
+    for f in out.glob("[!.]*"):  # orjson, as JavaScript, reads JSON only
         text = f.read_text()
         values = [orjson.loads(line) for line in text.splitlines()] if f.suffix == ".jsonl" else [orjson.loads(text)]
         nulls += [f.suffix for v in _values_of("big", values) if v is None]
@@ -162,3 +172,58 @@ def _values_of(key: str, value) -> list:
     if isinstance(value, list):
         return [v for x in value for v in _values_of(key, x)]
     return []
+
+
+def test_an_export_replaces_its_formats_previous_export_whole(agent_data, tmp_path, monkeypatch):
+    """Exported again into one folder, a format's files are the new selection's only: the
+    previous export's other files go, while the user's own files and other formats' exports
+    stay. An export that fails half way, or was killed, leaves the previous one as it was.
+    A list of files that names anything an export does not write removes none of it."""
+    import formats.atif
+
+    _import_copies(agent_data, tmp_path, "swe-agent/pydicom__pydicom-1458.traj", "swe-agent", 3)
+    out = tmp_path / "out"
+    everything = export_store("atif", tmp_path / "store", out)
+    export_store("adp", tmp_path / "store", out)
+    (out / "notes.json").write_text("mine")
+    assert everything.files == 3 and len(list(out.glob("imp-*.json"))) == 3
+    some = export_store("atif", tmp_path / "store", out, where="provenance.source_record = 'copy-1'")
+    assert (some.files, some.removed) == (1, 2)
+    assert sorted(p.name for p in out.glob("*.json")) == sorted(["notes.json", *_names_in(out, "atif")])
+    assert len(list(out.glob("imp-*.json"))) == 1 and (out / "adp.jsonl").read_text().count("\n") == 3
+
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    calls = []
+
+    def failing(trajectory):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(trajectory)
+
+    real = formats.atif.export
+    monkeypatch.setattr(formats.atif, "export", failing)
+    with pytest.raises(OSError, match="No space"):
+        export_store("atif", tmp_path / "store", out)
+    monkeypatch.setattr(formats.atif, "export", real)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+    killed = out / ".trajforge-export-atif.partial"  # what a killed export leaves
+    killed.mkdir()
+    (killed / "imp-half-written.json").write_text("{")
+    (tmp_path / "victim.json").write_text("keep")
+    (out / ".hidden").write_text("keep")
+    (out / ".trajforge-export-atif").write_text(
+        json.dumps({"files": ["../victim.json", str(tmp_path / "victim.json"), ".hidden", 7, None, *_names_in(out, "atif")]})
+    )
+    again = export_store("atif", tmp_path / "store", out)
+    assert (again.files, again.removed) == (3, 0) and not killed.exists()
+    assert (tmp_path / "victim.json").read_text() == (out / ".hidden").read_text() == "keep"
+    assert len(list(out.glob("imp-*.json"))) == 3 and _names_in(out, "atif") == sorted(p.name for p in out.glob("imp-*"))
+    (out / ".trajforge-export-atif").write_text("{ not JSON")  # a list no one can read: nothing removed
+    assert export_store("atif", tmp_path / "store", out, where="provenance.source_record = 'copy-1'").removed == 0
+    assert len(list(out.glob("imp-*.json"))) == 3
+
+
+def _names_in(out, fmt: str) -> list[str]:
+    return json.loads((out / f".trajforge-export-{fmt}").read_text())["files"]
