@@ -23,10 +23,12 @@ from typing import Any
 from schemas.record_files import parse
 from schemas.transition import (
     FORMATS,
+    VOLATILE_KINDS,
     Action,
     Observation,
     Provenance,
     Transition,
+    VolatileSpan,
     canonical_json,
     content_hash,
     transition_id,
@@ -73,8 +75,12 @@ def several_runs(runs: Iterable[tuple[str, Callable[[], Iterable[Episode]]]]) ->
 
 def ours_of(trajectory: Sequence[Transition]) -> dict[str, Any]:
     """What an export keeps, in its format's extension field, for a round trip to read back:
-    the record's identity and provenance, and each step's exact action, reward and error."""
+    the record's identity and provenance, each step's exact action, reward and error, and
+    the observations' kinds and volatile spans (a collector marks spans no detector finds,
+    a process id, and the content hash masks them: read back, they hash as before)."""
     first, prov = trajectory[0], trajectory[0].provenance
+    observations = (first.state, *(t.next_state for t in trajectory))
+    spans = [[[v.start, v.end, v.kind] for v in o.volatile_spans] for o in observations]
     return {
         "trajectory_id": first.trajectory_id,
         "domain": first.domain,
@@ -88,15 +94,15 @@ def ours_of(trajectory: Sequence[Transition]) -> dict[str, Any]:
         "actions": [json.loads(t.action.canonical) for t in trajectory],
         "rewards": [t.reward for t in trajectory],
         "errors": [t.action_error for t in trajectory],
-        "formats": [first.state.format, *(t.next_state.format for t in trajectory)],
+        "formats": [o.format for o in observations],
         "truncated": trajectory[-1].truncated,
-    }
+    } | ({"volatile": spans} if any(spans) else {})
 
 
 def with_ours(ep: Episode, ours: dict[str, Any]) -> Episode:
     """An episode with what our own export kept (``ours_of``) read back, each list where it
-    has one entry a step: the exact actions, rewards and errors, the observations' kinds
-    (and the first state's), and whether the episode was cut short."""
+    has one entry a step: the exact actions, rewards and errors, the observations' kinds and
+    volatile spans (and the first state's), and whether the episode was cut short."""
     if not ours:  # the common case: another project's record
         return ep
     steps, n = list(ep.steps), len(ep.steps)
@@ -123,7 +129,28 @@ def with_ours(ep: Episode, ours: dict[str, Any]) -> Episode:
     if kinds is not None and all(isinstance(k, str) and k in FORMATS for k in kinds):
         steps = [replace(s, format=k) for k, s in zip(kinds[1:], steps, strict=True)]
         ep = replace(ep, initial_format=kinds[0])
+    if (marked := each("volatile", n + 1)) is not None:
+        spans = [_spans(v, t) for v, t in zip(marked, [ep.initial, *(s.observation for s in steps)], strict=True)]
+        steps = [replace(s, spans=v) for v, s in zip(spans[1:], steps, strict=True)]
+        ep = replace(ep, initial_spans=spans[0])
     return replace(ep, steps=steps, truncated=ours.get("truncated") is True)
+
+
+def _spans(value: Any, text: Any) -> tuple[VolatileSpan, ...] | None:
+    """An observation's volatile spans as our export keeps them (``[start, end, kind]``
+    each, in order, apart, inside the text, of a known kind); None, where they are not, so
+    that the importer detects them as in any record."""
+    if not isinstance(value, list) or not isinstance(text, str):
+        return None
+    spans, end = [], 0
+    for v in value:
+        if not (isinstance(v, list) and len(v) == 3 and type(v[0]) is int and type(v[1]) is int):
+            return None
+        if not (end <= v[0] < v[1] <= len(text) and v[2] in VOLATILE_KINDS):
+            return None
+        spans.append(VolatileSpan(v[0], v[1], v[2]))
+        end = v[1]
+    return tuple(spans)
 
 
 @dataclass(frozen=True)
@@ -136,6 +163,7 @@ class Step:
     reward: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     format: str = "text"  # the observation's kind (schemas.transition.FORMATS): a11y_tree, html ...
+    spans: tuple[VolatileSpan, ...] | None = None  # its volatile spans where a source marks them (else detected)
 
 
 @dataclass(frozen=True)
@@ -155,6 +183,7 @@ class Episode:
     extra: dict[str, Any] = field(default_factory=dict)
     initial_format: str = "text"  # the first state's kind, as ``Step.format``
     truncated: bool = False  # cut short (a step or time limit), not ended by the agent or the task
+    initial_spans: tuple[VolatileSpan, ...] | None = None  # as ``Step.spans``
 
 
 @dataclass(frozen=True)
@@ -249,8 +278,8 @@ def to_transitions(
     _check(ep)
     domain = origin.domain or ep.domain or infer_domain(ep)
     observations = [
-        _observation(ep.initial, None, ep.initial_format),
-        *(_observation(s.observation, s.extra, s.format) for s in ep.steps),
+        _observation(ep.initial, None, ep.initial_format, ep.initial_spans),
+        *(_observation(s.observation, s.extra, s.format, s.spans) for s in ep.steps),
     ]
     hashes = [content_hash(observations[i], s.action, observations[i + 1]) for i, s in enumerate(ep.steps)]
     last = len(ep.steps) - 1
@@ -365,8 +394,12 @@ def fingerprint(ep: Episode, observations: list[Observation], hashes: list[str],
     return stable_id(*parts)
 
 
-def _observation(text: str, extra: dict[str, Any] | None = None, fmt: str = "text") -> Observation:
-    return Observation(text, fmt, None, canonical_json(extra) if extra else "{}", False, detect_spans(text))
+def _observation(
+    text: str, extra: dict[str, Any] | None = None, fmt: str = "text", spans: tuple[VolatileSpan, ...] | None = None
+) -> Observation:
+    return Observation(
+        text, fmt, None, canonical_json(extra) if extra else "{}", False, detect_spans(text) if spans is None else spans
+    )
 
 
 def loads(text: str | bytes) -> Any:

@@ -23,7 +23,7 @@ from tests.conftest import cli
 ROWS = (
     "SELECT trajectory_id AS tid, step, domain, task_id, instruction, state.text AS state, action.kind AS kind,"
     " action.canonical AS action, next_state.text AS obs, next_state.format AS obs_format, reward, terminated, truncated,"
-    " action_error,"
+    " action_error, content_hash AS hash, CAST(next_state.volatile_spans AS VARCHAR) AS spans,"
     " provenance.origin AS origin, provenance.executed AS executed, provenance.source AS source,"
     " provenance.source_format AS fmt, provenance.source_file AS file, provenance.source_record AS record,"
     " provenance.license AS license, provenance.agent AS agent, provenance.model AS model"
@@ -228,6 +228,7 @@ def test_round_trip_keeps_every_field_both_sides_hold(agent_data, tmp_path):
         _check_atif_rules(json.loads(path.read_text()))
     import_files("atif", [tmp_path / "out"], tmp_path / "b", source="again")
     kept = ("step", "domain", "task_id", "instruction", "state", "kind", "action", "obs", "reward", "terminated", "action_error")
+    kept += ("hash", "spans")  # a collector's spans (a process id no detector finds) read back: the same content hash
     before = sorted(tuple(r[k] for k in kept) for r in rows(tmp_path / "a"))
     after = sorted(tuple(r[k] for k in kept) for r in rows(tmp_path / "b"))
     assert before == after

@@ -612,7 +612,7 @@ def test_round_trip(fmt, agent_data, tmp_path):
                     assert m["tool_call_id"] in ids
     import_files(fmt, [tmp_path / "out"], tmp_path / "b", source="again")
     kept = ["step", "domain", "task_id", "instruction", "state", "kind", "action", "obs", "executed"]
-    kept += ["reward", "action_error", "obs_format", "terminated", "truncated"]
+    kept += ["reward", "action_error", "obs_format", "terminated", "truncated", "hash", "spans"]
     before = rows(tmp_path / "a")
     assert {r["obs_format"] for r in before} >= {"a11y_tree", "text", "uiautomator_xml"}  # ADP's pages, synth's phones
     assert any(r["truncated"] for r in before) and any(r["terminated"] for r in before)

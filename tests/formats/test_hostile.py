@@ -278,3 +278,50 @@ def test_file_names_and_options_that_are_not_text_a_store_can_hold(agent_data, t
         with pytest.raises(ConfigError, match=f"--{option}: "):
             import_files("atif", [folder], tmp_path / "st2", **({"source": "x"} | {option: value}))
     assert not (tmp_path / "st2").exists()
+
+
+def test_volatile_spans_kept_by_an_export_are_read_back_only_where_they_fit_their_text(tmp_path):
+    """Our export keeps each observation's volatile spans (``extra.trajforge.volatile``): a
+    collector marks some that no detector finds, and the content hash masks them. Read
+    back, spans that are not in order, apart, inside their text and of a known kind are
+    ignored and the text's spans detected, as in any record; the record is not refused."""
+    from collectors.synth import synth_store
+    from formats.exporter import export_store, trajectories
+    from pipelines.store import Store
+    from schemas.volatile import detect_spans
+
+    def listed(spans) -> list:
+        return [[v.start, v.end, v.kind] for v in spans]
+
+    synth_store(Store.open(str(tmp_path / "a"), must_exist=False), transitions=30, seed=3)
+    first = next(
+        t[0]
+        for t in trajectories(tmp_path / "a")
+        if listed(t[0].next_state.volatile_spans) != listed(detect_spans(t[0].next_state.text))
+    )
+    detected = listed(detect_spans(first.next_state.text))
+    export_store("atif", tmp_path / "a", tmp_path / "out")
+    [doc] = [
+        d for p in (tmp_path / "out").glob("*.json") if (d := json.loads(p.read_text()))["session_id"] == first.trajectory_id
+    ]
+    kept = doc["extra"]["trajforge"]["volatile"]
+    assert kept[1] == listed(first.next_state.volatile_spans) != detected  # the collector's spans, not the detector's
+    wrong = [[[0, 10**9, "pid"]], [[5, 3, "pid"]], [[0, 2, "nope"]], [[0, 2, "pid"], [1, 3, "pid"]], [[True, 2, "pid"]]]
+    wrong += ["x", [[0, 2]], [[0.0, 2, "pid"]], [[-1, 2, "pid"]]]
+    lines = []
+    for n, spans in enumerate([kept[1], *wrong]):
+        d = json.loads(json.dumps(doc)) | {"session_id": f"run-{n}"}
+        d["extra"]["trajforge"] |= {"volatile": [kept[0], spans, *kept[2:]], "trajectory_id": f"run-{n}"}
+        lines.append(json.dumps(d))
+    short = json.loads(lines[0]) | {"session_id": "short"}
+    short["extra"]["trajforge"]["volatile"] = kept[:-1]  # not one a step: all detected
+    (tmp_path / "runs.jsonl").write_text("\n".join([*lines, json.dumps(short)]) + "\n")
+    s = import_files("atif", [tmp_path / "runs.jsonl"], tmp_path / "st", source="odd")
+    assert (s.trajectories, s.malformed) == (len(wrong) + 2, 0), s.problems
+    got = run_query(
+        "SELECT provenance.source_record AS run, next_state.volatile_spans AS spans FROM transitions WHERE step = 0",
+        str(tmp_path / "st"),
+    ).to_pylist()
+    spans = {r["run"]: [[v["start"], v["end"], v["kind"]] for v in r["spans"]] for r in got}
+    assert spans.pop("run-0") == kept[1]
+    assert spans == {name: detected for name in spans} and len(spans) == len(wrong) + 1
