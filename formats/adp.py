@@ -2,8 +2,9 @@
 ``content`` (actions and observations in order, each with ``class_``) and ``details``.
 
 In: each action (``api_action``: function and kwargs; ``code_action``: language and code;
-``message_action``: content) becomes a transition; the observations after it, up to the
-next action, are its next state (``text_observation``: content; ``web_observation``: the
+``message_action``: content, a finish where it is ADP's ``<finish> answer </finish>``)
+becomes a transition; the observations after it, up to the next action, are its next state
+(an action no observation follows is none, unless it is a finish) (``text_observation``: content; ``web_observation``: the
 accessibility tree, else the HTML). Observations before the first action are the first
 state; the first user text is the instruction. Web observations make the domain web and
 their text an ``a11y_tree``; code actions in bash run as ``run``; BrowserGym calls (click,
@@ -95,6 +96,9 @@ def _action(item: dict, where: str, web: bool) -> Action:
             return Action.make("run", raw=code, command=code, timeout=30.0)
         return Action.make("call_tool", raw=code, name=f"execute_{language or 'code'}", arguments={"code": code})
     text = as_text(_content(item))
+    said = text.strip()
+    if said.startswith("<finish>") and said.endswith("</finish>"):  # ADP's final answer
+        return Action.make("finish", raw=text, answer=said.removeprefix("<finish>").removesuffix("</finish>").strip())
     return Action.make("message", raw=text, text=text)
 
 
@@ -140,7 +144,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         cls = CLASS_NAMES.get(cls, cls) if isinstance(cls, str) else cls
         need(cls in ACTIONS + OBSERVATIONS, f"{where}.class_: {cls!r} is not an ADP action or observation")
         if cls in ACTIONS:
-            if action is not None:
+            if action is not None and (seen or action.kind == "finish"):
                 steps.append(Step(action, "\n".join(seen), format=_kind(kinds[1])))
             action, seen = _action(item, where, web), []
             kinds[1].clear()
@@ -150,7 +154,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
             instruction = text
         (seen if action is not None else first).append(text)
         kinds[action is not None].append(fmt)
-    if action is not None:
+    if action is not None and (seen or action.kind == "finish"):
         steps.append(Step(action, "\n".join(seen), format=_kind(kinds[1])))
     if not steps:
         return

@@ -38,8 +38,10 @@ from formats.episode import (
     need,
     ours_of,
     several_runs,
+    task_of,
     text_action,
     with_ours,
+    xml_action,
 )
 from schemas.transition import Action, Transition, canonical_json
 
@@ -132,13 +134,18 @@ def _trajectory(record: Any) -> Iterator[Episode]:
                 out.append(replace(said, observation=message))
                 said = None
             elif not out and source == "user":
-                users.append(message)
+                users.append(task_of(message))
             elif out or source == "user":
                 by_call, loose = _results(step, where)
                 seen = "\n".join(loose + [t for v in by_call.values() for t in v])
                 pending.append({"source": source, "message": message, **({"observation": seen} if seen else {})})
             continue
         model = step.get("model_name") if isinstance(step.get("model_name"), str) else model
+        in_text = None if step.get("tool_calls") or step.get("observation") or _step_ours(step) else xml_action(message)
+        if in_text is not None:  # a call in the text with no output: a transition only where it ends the run
+            out.extend([Step(in_text, "", extra={"before": pending} if pending else {})] if in_text.kind == "finish" else [])
+            pending = []
+            continue
         said = None if step.get("tool_calls") or step.get("observation") else _said(step, pending)
         if said is None:
             out.extend(_agent_steps(step, where, pending))
@@ -184,12 +191,17 @@ def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:
     return by_call, loose
 
 
+def _step_ours(step: dict) -> dict:
+    """What our own export kept of a step (``extra.trajforge``); empty in another's file."""
+    ours = (step.get("extra") or {}).get("trajforge") if isinstance(step.get("extra"), dict) else None
+    return ours if isinstance(ours, dict) else {}
+
+
 def _said(step: dict, before: list[dict[str, str]]) -> Step | None:
     """An agent step without tool calls or results that says something: a ``message``
     action, whose observation is the user's reply (a step of its own, next); None where it
     says nothing."""
-    ours = (step.get("extra") or {}).get("trajforge") if isinstance(step.get("extra"), dict) else None
-    ours = ours if isinstance(ours, dict) else {}
+    ours = _step_ours(step)
     if not as_text(step.get("message")) and not isinstance(ours.get("action"), dict):
         return None
     action = _ours(ours) or text_action(as_text(step.get("message")))
@@ -203,13 +215,13 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
     named = {c["tool_call_id"] for c in calls if isinstance(c, dict) and isinstance(c.get("tool_call_id"), str)}
     loose += [t for cid, texts in by_call.items() if cid not in named for t in texts]  # names no call of this step
     results = by_call or loose
-    ours = (step.get("extra") or {}).get("trajforge") if isinstance(step.get("extra"), dict) else None
-    ours = ours if isinstance(ours, dict) else {}
+    ours = _step_ours(step)
     extra = {"before": before} if before else {}
     if not calls:
         if results:
             texts = loose  # with no call, every result names none of its calls
-            action = _ours(ours) or text_action(as_text(step.get("message")))
+            message = as_text(step.get("message"))
+            action = _ours(ours) or xml_action(message) or text_action(message)
             yield Step(action, "\n".join(texts), ours.get("error"), _reward(ours), extra)
         return
     for j, call in enumerate(calls):

@@ -12,6 +12,7 @@ record id, so importing the same record again gives the same ids::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -19,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
+
+import re2
 
 from schemas.record_files import parse
 from schemas.transition import (
@@ -43,6 +46,13 @@ EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "
 KEYSTROKE_TOOLS = frozenset({"bash_command", "send_keys", "keystrokes"})
 #: Tools that end the episode -> ``finish``.
 FINISH_TOOLS = frozenset({"submit", "finish", "mark_task_complete", "task_complete"})
+#: What a finish call's arguments may hold: the answer (``answer``, ``message``, ``result``,
+#: ToolBench's ``final_answer``) and how the run ended (OpenHands' ``task_completed``,
+#: ToolBench's ``return_type``).
+FINISH_ARGS = frozenset({"message", "answer", "result", "outputs", "task_completed", "final_answer", "return_type"})
+#: Arguments that describe a call and change nothing it does: OpenHands asks the model for
+#: the call's ``security_risk`` and, since its software-agent-sdk, a ``summary`` of it.
+ANNOTATIONS = frozenset({"security_risk", "summary"})
 
 
 class RecordError(ValueError):
@@ -219,7 +229,8 @@ def canonical_action(name: str, arguments: Any, raw: str | None = None) -> Actio
     raw = raw if raw is not None else canonical_json({"name": name, "arguments": arguments})
     lname = name.lower()
     command = args.get("command") if isinstance(args.get("command"), str) else None
-    if lname in SHELL_TOOLS and command is not None and set(args) <= {"command", "timeout", "is_input", "security_risk"}:
+    keys = set(args) - ANNOTATIONS
+    if lname in SHELL_TOOLS and command is not None and keys <= {"command", "timeout", "is_input"}:
         return Action.make("run", raw=raw, command=command, timeout=30.0)
     if lname in EDITOR_TOOLS and isinstance(args.get("path"), str):
         path = args["path"]
@@ -231,11 +242,11 @@ def canonical_action(name: str, arguments: Any, raw: str | None = None) -> Actio
             return Action.make("insert", raw=raw, path=path, line=args["insert_line"], text=args["new_str"])
         if command == "view" and not args.get("view_range"):
             return Action.make("view", raw=raw, path=path, start=1, end=None)
-    if lname in KEYSTROKE_TOOLS and isinstance(args.get("keystrokes"), str) and set(args) <= {"keystrokes", "duration"}:
+    if lname in KEYSTROKE_TOOLS and isinstance(args.get("keystrokes"), str) and keys <= {"keystrokes", "duration"}:
         keys = args["keystrokes"]
         return Action.make("send_keys", raw=raw, keys=keys.removesuffix("\n"), enter=keys.endswith("\n"), special=False)
-    if lname in FINISH_TOOLS and set(args) <= {"message", "answer", "result", "outputs", "task_completed"}:
-        answer = args.get("answer", args.get("message", args.get("result", "")))
+    if lname in FINISH_TOOLS and keys <= FINISH_ARGS:
+        answer = next((args[k] for k in ("answer", "message", "result", "final_answer") if k in args), "")
         return Action.make("finish", raw=raw, answer=answer if isinstance(answer, str) else canonical_json(answer))
     return Action.make("call_tool", raw=raw, name=name, arguments=args)
 
@@ -243,6 +254,69 @@ def canonical_action(name: str, arguments: Any, raw: str | None = None) -> Actio
 def text_action(text: str) -> Action:
     """An action the source gives as free text only (no tool call)."""
     return Action.make("message", raw=text, text=text)
+
+
+# RE2 (linear time): Python's ``re`` rescans the rest of the text from every opener that is
+# never closed, so an agent's message of repeated openers would take hours
+_RE2 = re2.Options()
+_RE2.log_errors = False
+_XML_CALL = re2.compile(r"(?s)<function=([^>\s]+)>(.*?)</function>", _RE2)
+_XML_PARAM = re2.compile(r"(?s)<parameter=([^>\s]+)>(.*?)</parameter>", _RE2)
+#: What OpenHands writes after a call's output when the model has no function calling.
+_RESULT = re2.compile(r"(?s)EXECUTION RESULT of \[(.*?)\]:\n(.*)", _RE2)
+_TASK_START = "--------------------- NEW TASK DESCRIPTION ---------------------\n"
+_TASK_END = "\n--------------------- END OF NEW TASK DESCRIPTION ---------------------"
+
+
+def xml_call(text: str) -> tuple[str, dict[str, str]] | None:
+    """A call written in a message's text as OpenHands prompts a model without function
+    calling to write it (and SWE-smith trains on): ``<function=NAME>``, a
+    ``<parameter=P>value</parameter>`` each, ``</function>``. A text with one call that
+    lacks the closing tag (the model stopped at it: it is the stop word) gets it, as
+    OpenHands' parser gives it. The name and the values as written; None: no call."""
+    if "<function=" not in text:
+        return None
+    if "</function>" not in text and text.count("<function=") == 1:
+        text = text.rstrip() + "function>" if text.endswith("</") else text + "\n</function>"
+    found = _XML_CALL.search(text)
+    return (found.group(1), dict(_XML_PARAM.findall(found.group(2)))) if found else None
+
+
+def xml_action(text: str) -> Action | None:
+    """The action of a call written as ``xml_call`` reads it, as OpenHands reads it: each
+    value without the blanks around it, ``insert_line`` a number and ``view_range`` a list
+    where they read as one (the editor's typed parameters); None: no call."""
+    call = xml_call(text)
+    if call is None:
+        return None
+    name, params = call
+    args: dict[str, Any] = {k: v.strip() for k, v in params.items()}
+    if isinstance(args.get("insert_line"), str) and args["insert_line"].isdigit():
+        args["insert_line"] = int(args["insert_line"])
+    if isinstance(args.get("view_range"), str) and args["view_range"].startswith("["):
+        with contextlib.suppress(ValueError):
+            args["view_range"] = loads(args["view_range"])
+    return canonical_action(name, args)
+
+
+def execution_result(text: str) -> str | None:
+    """A call's output as OpenHands gives it back to a model without function calling: a
+    user message ``EXECUTION RESULT of [NAME]:`` and the output (without the blanks around
+    it, as OpenHands reads it); None where the text is not one."""
+    found = _RESULT.search(text) if "EXECUTION RESULT of [" in text else None
+    return found.group(2).strip() if found else None
+
+
+def task_of(text: str) -> str:
+    """A first user message without the worked example OpenHands puts around the task for
+    a model without function calling (``NEW TASK DESCRIPTION`` markers): the task alone.
+    Any other text as it is."""
+    start = text.find(_TASK_START)
+    if start < 0:
+        return text
+    task = text[start + len(_TASK_START) :]
+    end = task.rfind(_TASK_END)
+    return task[:end] if end >= 0 else task
 
 
 #: SWE-agent's interface commands, as tools (ADP's SWE datasets call them so).

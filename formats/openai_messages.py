@@ -8,6 +8,9 @@ messages with its ``tool_call_id``), the legacy ``function_call`` (answered by t
 (JSON of name and arguments, answered by an ``observation`` turn), and a ReAct turn's
 ``Action:`` / ``Action Input:`` lines where a ``function`` answer follows, or nothing does
 (ToolBench's ToolLLaMA ``conversations``), with or without a ``tools`` / ``functions`` list.
+OpenHands' format for models without function calling is read too: a call as XML in the
+assistant's text (``<function=NAME>``, ``<parameter=P>``), its output a user message
+``EXECUTION RESULT of [NAME]:``, and the task without the worked example around it.
 Anthropic's content blocks (``tool_use`` calls, ``tool_result`` answers) and OpenAI's
 Responses API items (``function_call``, ``function_call_output``) are read as the same
 calls and answers (``_as_chat``). tau2-bench's results file is one record of many
@@ -16,7 +19,8 @@ conversations (``simulations``, see ``_simulations``): its calls are flat (``nam
 may come as one ``tool_messages`` message, and the user simulator's own tool calls
 (``requestor: user``) are part of the user's turn, not calls of the agent.
 
-In: each call becomes a transition whose next state is its answer; parallel calls are one
+In: each call becomes a transition whose next state is its answer (a call nothing answers,
+as at the end of a run cut short, is none, unless it is a finish); parallel calls are one
 transition each, also where they come as consecutive assistant messages of one legacy call
 each (as Qwen-Agent writes them), whose answers then follow in order. An assistant message
 without a call that a ``user`` message answers is a ``message`` action with that answer as
@@ -47,13 +51,17 @@ from formats.episode import (
     Step,
     as_text,
     canonical_action,
+    execution_result,
     loads,
     need,
     ours_of,
     several_runs,
+    task_of,
     text_action,
     unpacked,
     with_ours,
+    xml_action,
+    xml_call,
 )
 from schemas.record_files import dumps
 from schemas.transition import Action, Transition
@@ -296,9 +304,9 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
     open_calls: list[_Call] = []  # calls waiting for their answers
     said: Action | None = None  # an assistant message waiting for the user's reply
 
-    def close() -> None:
+    def close() -> None:  # a call nothing answered is no transition (no next state), unless it ends the run
         nonlocal open_calls
-        steps.extend(Step(c.action, "\n".join(c.answers), c.error) for c in open_calls)
+        steps.extend(Step(c.action, "\n".join(c.answers), c.error) for c in open_calls if c.answers or c.action.kind == "finish")
         open_calls = []
 
     chat = [(i, one) for i, m in enumerate(messages) for one in _as_chat(m)]
@@ -318,7 +326,8 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
                 calls = [{"function": fn} for fn in _tagged_calls(content)]  # Hermes: the calls in the turn's text
             if not (calls or legacy) and role not in CALL_ROLES and _answer_next(messages, k) and "Action Input:" in content:
                 legacy = _react(content)
-            if not ((calls or legacy) and open_calls and not any(c.answers for c in open_calls)):
+            xml = xml_call(content) if not (calls or legacy) and role not in CALL_ROLES and "<function=" in content else None
+            if not ((calls or legacy or xml) and open_calls and not any(c.answers for c in open_calls)):
                 close()  # else: one more of parallel calls made a message each, none answered yet
             said = None
             if calls:
@@ -334,6 +343,8 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
             elif isinstance(legacy, dict):
                 need(isinstance(legacy.get("name"), str), f"{where}.function_call.name: missing")
                 open_calls.append(_Call(None, legacy["name"], canonical_action(legacy["name"], _args(legacy.get("arguments")))))
+            elif xml is not None:  # OpenHands without function calling: the call in the text
+                open_calls.append(_Call(None, xml[0], xml_action(content) or text_action(content)))
             elif content and content != "None" and role not in CALL_ROLES:
                 said = text_action(content)
         elif role in ANSWER_ROLES:
@@ -352,10 +363,14 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
                             call.error = text or "error"
         elif role in ("user", "human") and not content and m.get("tool_calls"):
             continue  # tau2's user simulator acting on its own device: its reply comes in a later message
+        elif role in ("user", "human") and open_calls and (result := execution_result(content)) is not None:
+            call = _answered(open_calls, None, None)  # OpenHands without function calling: a call's output
+            if call is not None:
+                call.answers.append(result)
         elif role in ("user", "human"):
             close()
             if instruction is None and not steps:
-                instruction = content
+                instruction = task_of(content)
             elif said is not None:
                 steps.append(Step(said, content))
             said = None

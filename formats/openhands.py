@@ -8,16 +8,20 @@ made (``tool_call_metadata``: ``function_name`` and the arguments in the raw mod
 response) gives the action where present, else the action type: ``run`` -> run,
 ``write`` / ``edit`` with content -> create, ``read`` -> view, ``finish`` -> finish,
 anything else -> ``call_tool`` with the event's arguments. The first user message is the
-instruction and the first state. The runtime executed the actions: rows are ``executed``.
+instruction and the first state; a later one answers what the agent said before it (a
+``message`` action whose next state is the user's reply). The runtime executed the
+actions: rows are ``executed``.
 
 OpenHands 1.x (the software-agent-sdk) writes typed events instead, each with its class
 as ``kind``: an ``ActionEvent`` (``tool_name``, ``tool_call_id``, the model's
 ``tool_call``, the typed ``action``) is answered by the ``ObservationEvent`` (its
 ``observation.content``), ``AgentErrorEvent`` (``error``: the step's error) or
 ``UserRejectObservation`` (``rejection_reason``) with the same ``tool_call_id``; the
-first user ``MessageEvent`` is the instruction. A list of them (or ``events`` /
-``items``, as its API returns them) is one run; so is a conversation folder as it
-persists one (``base_state.json`` and ``events/event-*.json``, ``folder_record``).
+first user ``MessageEvent`` is the instruction, and a later one answers the agent's
+``MessageEvent`` before it, as above. A list of them (or ``events`` / ``items``, as its
+API returns them) is one run; so is a conversation folder as it persists one
+(``base_state.json``, which names the model, and ``events/event-*.json``,
+``folder_record``).
 
 OpenDevin and early OpenHands kept ``history`` as ``[action, observation]`` pairs (as
 their evaluation's ``output.jsonl`` rows do, with the task's ``instruction``): each pair's
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from formats import openai_messages
-from formats.episode import CONTENT_ID, Episode, RecordError, Step, as_text, canonical_action, loads, need
+from formats.episode import CONTENT_ID, Episode, RecordError, Step, as_text, canonical_action, loads, need, text_action
 from schemas.transition import Action
 
 NAME = "openhands"
@@ -177,10 +181,13 @@ def claims_folder(folder: Path) -> bool:
 
 def folder_record(folder: Path, read: Callable[[Path], Any]) -> dict[str, Any]:
     """A conversation folder as one record: its events in order (``event-00000-<id>.json``,
-    ...) and the conversation's ``id``."""
+    ...), the conversation's ``id`` and its agent's model (``agent.llm.model``)."""
     state = read(folder / "base_state.json")
+    state = state if isinstance(state, dict) else {}
+    agent = state.get("agent") if isinstance(state.get("agent"), dict) else {}
+    llm = agent.get("llm") if isinstance(agent.get("llm"), dict) else {}
     events = [read(p) for p in sorted((folder / "events").glob("event-*.json"))]
-    return {"id": state.get("id") if isinstance(state, dict) else None, "events": events}
+    return {"id": state.get("id"), "events": events} | ({"model": llm["model"]} if isinstance(llm.get("model"), str) else {})
 
 
 def _sdk_call(e: dict, where: str) -> Action:
@@ -220,12 +227,19 @@ def _from_sdk(events: list, meta: dict, record: Any, name: str) -> Iterator[Epis
         answers.setdefault(cid, []).append(text)
     instruction: str | None = None
     steps: list[Step] = []
+    said: Action | None = None  # what the agent said, waiting for the user's reply
     for i, e in enumerate(events):
         kind = e.get("kind")
-        if kind == "MessageEvent" and e.get("source") == "user" and instruction is None:
+        if kind == "MessageEvent":
             message = e.get("llm_message") if isinstance(e.get("llm_message"), dict) else {}
-            instruction = as_text(message.get("content"))
+            text = as_text(message.get("content"))
+            if e.get("source") == "user" and instruction is None:
+                instruction = text
+            elif e.get("source") == "user" and said is not None:
+                steps.append(Step(said, text))
+            said = text_action(text) if e.get("source") == "agent" and text else None
         elif kind == "ActionEvent":
+            said = None
             where = f"events[{i}]"
             cid = e.get("tool_call_id")
             need(isinstance(cid, str), "{}.tool_call_id: missing", where)
@@ -233,6 +247,12 @@ def _from_sdk(events: list, meta: dict, record: Any, name: str) -> Iterator[Epis
                 steps.append(Step(_sdk_call(e, where), "\n".join(answers.get(cid, [])), errors.get(cid)))
     if steps:
         yield _episode(steps, instruction, meta.get("model") if isinstance(meta.get("model"), str) else None, meta, record, name)
+
+
+def _said(event: dict) -> str:
+    """A message event's text (``args.content``, else its ``message``)."""
+    args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    return as_text(args.get("content", event.get("message")))
 
 
 def _episode(steps: list[Step], instruction: str | None, model: str | None, meta: dict, record: Any, name: str) -> Episode:
@@ -271,17 +291,22 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
     instruction: str | None = None
     steps: list[Step] = []
     model: str | None = None
+    said: Action | None = None  # what the agent said, waiting for the user's reply
     for i, e in enumerate(events):
         where = f"events[{i}]"
         if "action" not in e:
             continue
         kind = e.get("action")
         need(isinstance(kind, str), "{}.action: not a string", where)
+        text = _said(e) if kind == "message" else ""
         if e.get("source") == "user":
             if kind == "message" and instruction is None:
-                args = e.get("args") if isinstance(e.get("args"), dict) else {}
-                instruction = as_text(args.get("content", e.get("message")))
+                instruction = text
+            elif kind == "message" and said is not None:
+                steps.append(Step(said, text))
+            said = None
             continue
+        said = text_action(text) if kind == "message" and text else None
         need("id" in e, "{}.id: missing", where)
         answers = by_cause.get(str(e["id"]))
         response = (

@@ -26,7 +26,7 @@ from typing import Any
 
 import re2
 
-from formats.episode import CONTENT_ID, Episode, Step, as_text, loads, need, unpacked
+from formats.episode import CONTENT_ID, Episode, Step, as_text, loads, need, unpacked, xml_call
 from schemas.transition import Action
 
 NAME = "swe-agent"
@@ -35,8 +35,6 @@ NAME = "swe-agent"
 _RE2 = re2.Options()
 _RE2.log_errors = False
 _BLOCK = re2.compile(r"(?s)```[^\n]*\n(.*?)```", _RE2)
-_XML_CALL = re2.compile(r"(?s)<function=([^>\s]+)>(.*?)</function>", _RE2)
-_XML_PARAM = re2.compile(r"(?s)<parameter=([^>\s]+)>(.*?)</parameter>", _RE2)
 
 
 def action_of(command: str) -> Action:
@@ -166,9 +164,9 @@ def _command(m: dict, i: int) -> str | None:
             args = raw
         return _spelled(fn["name"], args if isinstance(args, dict) else {} if args is None else {"input": args})
     text = as_text(m.get("content", m.get("text")))
-    found = _XML_CALL.search(text)
+    found = xml_call(text)
     if found:
-        return _spelled(found.group(1), dict(_XML_PARAM.findall(found.group(2))))
+        return _spelled(*found)
     blocks = _BLOCK.findall(text)
     return blocks[-1] if blocks else None
 

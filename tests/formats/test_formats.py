@@ -148,7 +148,7 @@ def test_openai_messages_modern_and_legacy(agent_data, tmp_path):
     assert (s.records, s.trajectories, s.malformed) == (5, 5, 0)
     recs = per_record(tmp_path)
     toolbench = recs[0]
-    assert toolbench["file"] == "10_ChatGPT_DFS_woFilter_w2.json" and toolbench["kinds"] == ["call_tool"] * 3
+    assert toolbench["file"] == "10_ChatGPT_DFS_woFilter_w2.json" and toolbench["kinds"] == ["call_tool", "call_tool", "finish"]
     tau = {r["record"]: r for r in recs[1:]}
     assert set(tau) == {"0/0", "1/0", "2/0", "6/0"} and tau["6/0"]["reward"] == 1.0 and tau["0/0"]["reward"] == 0.0
     assert {r["executed"] for r in recs} == {"executed"}  # as the importer was told
@@ -165,6 +165,9 @@ def test_openai_messages_modern_and_legacy(agent_data, tmp_path):
     legacy = [r for r in rows(tmp_path) if r["file"] == "10_ChatGPT_DFS_woFilter_w2.json"]
     assert json.loads(legacy[0]["action"]) == {"kind": "call_tool", "name": "transitaires_for_transitaires", "arguments": {}}
     assert legacy[0]["obs"].startswith('{"error": "", "response": "[{\\"id\\":\\"EKVF\\"')
+    finish = json.loads(legacy[-1]["action"])  # ToolBench's Finish: return_type and final_answer
+    assert finish["kind"] == "finish" and finish["answer"].startswith("The contact details of the 'Gondrand' customs agency")
+    assert legacy[-1]["obs"] == "" and legacy[-1]["terminated"]
 
 
 def test_adp_web_and_swe(agent_data, tmp_path):
@@ -253,8 +256,8 @@ def test_toucan_rows_parallel_legacy_calls_and_sharegpt_turns(tmp_path):
 def test_toolllama_react_turns(tmp_path):
     """ToolBench's ToolLLaMA rows: ShareGPT ``conversations`` whose assistant turns write
     their call as ReAct text (``Action:``, ``Action Input:``), answered by ``function``
-    turns; a last call (``Finish``) that nothing answers still counts. ReAct-looking text
-    that no answer follows is a message."""
+    turns; a last call (``Finish``) that nothing answers still counts, as a finish with its
+    final answer. ReAct-looking text that no answer follows is a message."""
     conversations = [
         {"from": "system", "value": "You are AutoGPT, you can use many tools(functions) to do the following task."},
         {"from": "user", "value": "What is the weather in Oslo? Begin!"},
@@ -279,7 +282,7 @@ def test_toolllama_react_turns(tmp_path):
     s = import_files("openai-messages", [tmp_path / "toolllama.json"], tmp_path / "st", source="toolllama")
     assert (s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 3, 0)
     got = {r["record"]: r for r in per_record(tmp_path / "st")}
-    assert got["Step 2: weather"]["kinds"] == ["call_tool", "call_tool"] and got["c"]["kinds"] == ["message"]
+    assert got["Step 2: weather"]["kinds"] == ["call_tool", "finish"] and got["c"]["kinds"] == ["message"]
     steps = [r for r in rows(tmp_path / "st") if r["record"] == "Step 2: weather"]
     assert json.loads(steps[0]["action"]) == {
         "kind": "call_tool",
@@ -290,7 +293,7 @@ def test_toolllama_react_turns(tmp_path):
         "What is the weather in Oslo? Begin!",
         '{"error": "", "response": "rain, 4C"}',
     )
-    assert json.loads(steps[1]["action"])["arguments"] == {"return_type": "give_answer", "final_answer": "Rain."}
+    assert json.loads(steps[1]["action"]) == {"kind": "finish", "answer": "Rain."}
     assert steps[1]["obs"] == ""
 
 
@@ -356,7 +359,12 @@ def _sdk_events() -> list[dict]:
             "source": "user",
             "llm_message": {"role": "user", "content": [{"type": "text", "text": "Fix the parser"}]},
         },
-        action(1, "terminal", {"command": "ls"}, {"kind": "TerminalAction", "command": "ls", "security_risk": "LOW"}),
+        action(  # the SDK asks the model for a summary of every call
+            1,
+            "terminal",
+            {"command": "ls", "summary": "List files"},
+            {"kind": "TerminalAction", "command": "ls", "security_risk": "LOW"},
+        ),
         {
             "kind": "ObservationEvent",
             "id": "o1",
@@ -365,6 +373,18 @@ def _sdk_events() -> list[dict]:
             "tool_call_id": "call_1",
             "action_id": "a1",
             "observation": {"kind": "TerminalObservation", "content": [{"type": "text", "text": "parser.py"}], "exit_code": 0},
+        },
+        {
+            "kind": "MessageEvent",
+            "id": "m1",
+            "source": "agent",
+            "llm_message": {"role": "assistant", "content": [{"type": "text", "text": "Which parser?"}]},
+        },
+        {
+            "kind": "MessageEvent",
+            "id": "m2",
+            "source": "user",
+            "llm_message": {"role": "user", "content": [{"type": "text", "text": "The JSON one."}]},
         },
         action(2, "file_editor", {"command": "create", "path": "/w/t.py", "file_text": "x = 1"}, {"kind": "FileEditorAction"}),
         {
@@ -382,7 +402,13 @@ def _sdk_events() -> list[dict]:
             "key": "execution_status",
             "value": "running",
         },
-        action(3, "finish", {"message": "done"}, {"kind": "FinishAction", "message": "done"}),
+        action(3, "finish", {"message": "done", "summary": "Done"}, {"kind": "FinishAction", "message": "done"}),
+        {
+            "kind": "MessageEvent",
+            "id": "m3",
+            "source": "agent",
+            "llm_message": {"role": "assistant", "content": [{"type": "text", "text": "Anything else?"}]},
+        },
     ]
 
 
@@ -393,7 +419,8 @@ def test_openhands_sdk_events_as_a_list_and_as_a_conversation_folder(tmp_path):
     (tmp_path / "list" / "conv-1.json").write_text(json.dumps(_sdk_events()))
     conv = tmp_path / "folders" / "conv-2"
     (conv / "events").mkdir(parents=True)
-    (conv / "base_state.json").write_text(json.dumps({"id": "conv-2-uuid", "agent": {"kind": "Agent"}}))
+    agent = {"kind": "Agent", "llm": {"model": "openai/gpt-4o-mini", "api_key": "**********"}}
+    (conv / "base_state.json").write_text(json.dumps({"id": "conv-2-uuid", "agent": agent}))
     for n, event in enumerate(_sdk_events()):
         (conv / "events" / f"event-{n:05d}-{event['id']}.json").write_text(json.dumps(event))
     secret = tmp_path / "secret.json"  # a link in a dataset to a file of this host is never read
@@ -401,20 +428,24 @@ def test_openhands_sdk_events_as_a_list_and_as_a_conversation_folder(tmp_path):
     (tmp_path / "folders" / "link.json").symlink_to(secret)
     os.mkfifo(tmp_path / "folders" / "pipe.json")  # reading it would block forever
     s = import_files("openhands", [tmp_path / "list", tmp_path / "folders"], tmp_path / "st", source="oh1")
-    assert (s.files, s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 2, 6, 2)
+    assert (s.files, s.records, s.trajectories, s.transitions, s.malformed) == (2, 2, 2, 8, 2)
     said = [str(p) for p in s.problems]
     assert any("link.json: file: a symbolic link: not followed" in p for p in said)
     assert any("pipe.json: file: not a regular file" in p for p in said)
     got = per_record(tmp_path / "st")
     assert {r["record"] for r in got} == {"conv-1", "conv-2-uuid"}
-    assert {tuple(r["kinds"]) for r in got} == {("run", "create", "finish")}
+    # the agent's question, answered by the user, is a message; its last words, unanswered, are not
+    assert {tuple(r["kinds"]) for r in got} == {("run", "message", "create", "finish")}
     assert {(r["instruction"], r["domain"], r["executed"]) for r in got} == {("Fix the parser", "swe", "executed")}
-    steps = rows(tmp_path / "st")[:3]
+    assert {r["record"]: r["model"] for r in got} == {"conv-1": None, "conv-2-uuid": "openai/gpt-4o-mini"}
+    steps = rows(tmp_path / "st")[:4]
     assert [(r["obs"], r["action_error"]) for r in steps] == [
         ("parser.py", None),
+        ("The JSON one.", None),
         ("Permission denied", "Permission denied"),
         ("", None),
     ]
+    assert json.loads(steps[0]["action"])["command"] == "ls" and json.loads(steps[3]["action"])["answer"] == "done"
     # the folder's files are not records of their own, and a bad event names its file
     os.unlink(tmp_path / "folders" / "pipe.json")
     (conv / "events" / "event-00003-o1.json").write_text("{not json")
@@ -995,6 +1026,7 @@ def test_spellings_seen_in_dumps_and_configs(agent_data, tmp_path):
     content = [
         {"class_": "text_observation", "content": "go", "source": "user"},
         {"class_": "api_action", "function": "f", "kwargs": None},
+        {"class_": "text_observation", "content": "r", "source": "environment"},
     ]
     (tmp_path / "adp.jsonl").write_text(json.dumps({"id": "a", "content": content}) + "\n")
     assert import_files("adp", [tmp_path / "adp.jsonl"], tmp_path / "st2", source="a").transitions == 1
@@ -1054,3 +1086,158 @@ def test_what_no_assistant_message_can_carry_back_keeps_its_tool_call_spelling(a
     import_files("openai-messages", [tmp_path / "out"], tmp_path / "b", source="again")
     kept = ("step", "kind", "action", "obs", "reward")
     assert [tuple(r[k] for k in kept) for r in rows(tmp_path / "b")] == [tuple(r[k] for k in kept) for r in rows(tmp_path / "a")]
+
+
+def test_a_call_nothing_answers_is_no_transition_unless_it_ends_the_run(tmp_path):
+    """A world model learns what follows an action: a call no answer follows (a run cut off
+    after it, a toolmind row that ends on its call) has no next state and makes no
+    transition, while a call answered with nothing (a command with no output) does. A
+    finish needs no answer. ADP's ``<finish> answer </finish>`` message is its finish."""
+    call = {"id": "1", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'}}
+    quiet = {"id": "2", "type": "function", "function": {"name": "bash", "arguments": '{"command": "mv a b"}'}}
+    talk = [
+        {"role": "user", "content": "What time is it?"},
+        {"role": "assistant", "content": None, "tool_calls": [quiet]},
+        {"role": "tool", "tool_call_id": "2", "content": ""},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    cut = [{"role": "user", "content": "Time?"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    (tmp_path / "talk.jsonl").write_text(
+        json.dumps({"id": "t", "messages": talk}) + "\n" + json.dumps({"id": "c", "messages": cut}) + "\n"
+    )
+    s = import_files("openai-messages", [tmp_path / "talk.jsonl"], tmp_path / "st1", source="t")
+    assert (s.trajectories, s.transitions, s.empty, s.malformed) == (1, 1, 1, 0)
+    [only] = rows(tmp_path / "st1")
+    assert (only["kind"], only["obs"], only["terminated"]) == ("run", "", True)
+    content = [
+        {"class_": "text_observation", "content": "How many files?", "source": "user"},
+        {"class_": "message_action", "content": "Let me count."},  # nothing answers: no transition
+        {"class_": "code_action", "language": "bash", "content": "ls | wc -l"},
+        {"class_": "text_observation", "content": "3", "source": "environment"},
+        {"class_": "code_action", "language": "bash", "content": "ls -a | wc -l"},  # no answer either
+        {"class_": "message_action", "content": "<finish> <solution> 3 </solution> </finish>"},
+    ]
+    (tmp_path / "adp.jsonl").write_text(json.dumps({"id": "a", "content": content}) + "\n")
+    assert import_files("adp", [tmp_path / "adp.jsonl"], tmp_path / "st2", source="a").transitions == 2
+    got = rows(tmp_path / "st2")
+    assert [(r["kind"], r["obs"]) for r in got] == [("run", "3"), ("finish", "")]
+    assert json.loads(got[1]["action"]) == {"kind": "finish", "answer": "<solution> 3 </solution>"}
+
+
+def test_calls_annotated_with_a_summary_map_as_without_it():
+    """OpenHands' software-agent-sdk asks the model for a ``summary`` (and a
+    ``security_risk``) of every call: they describe the call and change nothing it does."""
+    from formats.episode import canonical_action
+
+    run = canonical_action("terminal", {"command": "pwd", "security_risk": "LOW", "summary": "Where am I"})
+    assert (run.kind, run.args["command"]) == ("run", "pwd")
+    done = canonical_action("finish", {"message": "Done.", "summary": "The end"})
+    assert (done.kind, done.args["answer"]) == ("finish", "Done.")
+    keys = canonical_action("send_keys", {"keystrokes": "ls\n", "summary": "list"})
+    assert (keys.kind, keys.args["keys"], keys.args["enter"]) == ("send_keys", "ls", True)
+    other = canonical_action("terminal", {"command": "pwd", "reset": True})  # not a plain command: a call as it is
+    assert other.kind == "call_tool"
+
+
+def test_openhands_agent_messages_the_user_answers_are_message_actions(tmp_path):
+    """OpenHands 0.x: what the agent says, answered by the user's next message, is a
+    ``message`` action with that reply as the next state (the user is part of the
+    environment, as ATIF's and the chat formats' importers read it). A run that only talks
+    keeps its talk, not only its finish."""
+
+    def message(n: int, source: str, text: str) -> dict:
+        return {"id": n, "source": source, "message": text, "action": "message", "args": {"content": text}}
+
+    events = [
+        message(0, "user", "what's 1+1?"),
+        message(3, "agent", "1 + 1 equals 2."),
+        message(6, "user", "No, I mean by Goldbach's conjecture!"),
+        message(9, "agent", "Goldbach's conjecture says every even number above 2 is a sum of two primes."),
+        message(12, "user", "Finish please"),
+        {"id": 15, "source": "agent", "message": "All done!", "action": "finish", "args": {"outputs": {}, "thought": ""}},
+    ]
+    (tmp_path / "talk.json").write_text(json.dumps(events))
+    s = import_files("openhands", [tmp_path / "talk.json"], tmp_path / "st", source="oh")
+    assert (s.trajectories, s.transitions, s.malformed) == (1, 3, 0)
+    got = rows(tmp_path / "st")
+    assert [(r["kind"], r["state"], r["obs"]) for r in got[:2]] == [
+        ("message", "what's 1+1?", "No, I mean by Goldbach's conjecture!"),
+        ("message", "No, I mean by Goldbach's conjecture!", "Finish please"),
+    ]
+    assert json.loads(got[0]["action"])["text"] == "1 + 1 equals 2." and got[2]["kind"] == "finish"
+    assert got[0]["instruction"] == "what's 1+1?"
+
+
+def _example_prompt(task: str) -> str:
+    """A first user message as OpenHands writes it for a model without function calling."""
+    return (
+        "Here's a running example of how to perform a task with the provided tools.\n\n"
+        "--------------------- START OF EXAMPLE ---------------------\n\nUSER: Create a list of numbers.\n\n"
+        "ASSISTANT: Sure!\n<function=execute_bash>\n<parameter=command>\npwd && ls\n</parameter>\n</function>\n\n"
+        "USER: EXECUTION RESULT of [execute_bash]:\n/workspace\n\n"
+        "--------------------- END OF EXAMPLE ---------------------\n\n"
+        "Do NOT assume the environment is the same as in the example above.\n\n"
+        "--------------------- NEW TASK DESCRIPTION ---------------------\n"
+        f"{task}\n--------------------- END OF NEW TASK DESCRIPTION ---------------------\n\n"
+        "PLEASE follow the format strictly! PLEASE EMIT ONE AND ONLY ONE FUNCTION CALL PER MESSAGE.\n"
+    )
+
+
+def test_openhands_without_function_calling_in_chat_and_atif(tmp_path):
+    """OpenHands prompts a model without function calling to write each call as XML in its
+    text and gives the output back as ``EXECUTION RESULT of [NAME]:``; the task sits inside
+    a worked example. Read as chat messages and as ATIF (Harbor's converter keeps the text),
+    the calls are our actions, the outputs their next states, the task the instruction; a
+    call the model stopped before closing is read as OpenHands reads it."""
+    create = (
+        "I'll create it.\n<function=str_replace_editor>\n<parameter=command>create</parameter>\n"
+        "<parameter=path>/app/hello.txt</parameter>\n<parameter=file_text>\nHello, world!\n</parameter>\n</function>"
+    )
+    insert = (
+        "<function=str_replace_editor>\n<parameter=command>insert</parameter>\n<parameter=path>/app/hello.txt</parameter>\n"
+        "<parameter=insert_line>1</parameter>\n<parameter=new_str>Bye.</parameter>\n</"  # stopped at the stop word
+    )
+    finish = "Done.\n<function=finish>\n<parameter=message>Created /app/hello.txt</parameter>\n</function>"
+    messages = [
+        {"role": "system", "content": "You are OpenHands agent."},
+        {"role": "user", "content": _example_prompt("Create /app/hello.txt saying Hello, world!")},
+        {"role": "assistant", "content": create},
+        {"role": "user", "content": "EXECUTION RESULT of [str_replace_editor]:\nFile created successfully at: /app/hello.txt"},
+        {"role": "assistant", "content": insert},
+        {"role": "user", "content": "EXECUTION RESULT of [str_replace_editor]:\nThe file /app/hello.txt has been edited.\n"},
+        {"role": "assistant", "content": finish},
+    ]
+    (tmp_path / "chat.json").write_text(json.dumps({"id": "nf", "messages": messages}))
+    s = import_files("openai-messages", [tmp_path / "chat.json"], tmp_path / "st", source="nf")
+    assert (s.trajectories, s.transitions, s.malformed) == (1, 3, 0)
+    got = rows(tmp_path / "st")
+    assert [json.loads(r["action"]) for r in got] == [
+        {"kind": "create", "path": "/app/hello.txt", "content": "Hello, world!"},
+        {"kind": "insert", "path": "/app/hello.txt", "line": 1, "text": "Bye."},
+        {"kind": "finish", "answer": "Created /app/hello.txt"},
+    ]
+    assert [r["obs"] for r in got] == [
+        "File created successfully at: /app/hello.txt",
+        "The file /app/hello.txt has been edited.",
+        "",
+    ]
+    assert got[0]["instruction"] == got[0]["state"] == "Create /app/hello.txt saying Hello, world!"
+    steps = [
+        {"step_id": 1, "source": "system", "message": "You are OpenHands agent."},
+        {"step_id": 2, "source": "user", "message": _example_prompt("Create /app/hello.txt saying Hello, world!")},
+        {
+            "step_id": 3,
+            "source": "agent",
+            "message": create,
+            "observation": {"results": [{"content": "File created successfully at: /app/hello.txt"}]},
+        },
+        {"step_id": 4, "source": "agent", "message": insert},  # no output: no transition
+        {"step_id": 5, "source": "agent", "message": finish},  # no output needed
+    ]
+    doc = {"schema_version": "ATIF-v1.5", "session_id": "nf-atif", "agent": {"name": "openhands", "version": "1"}, "steps": steps}
+    (tmp_path / "nf.trajectory.json").write_text(json.dumps(doc))
+    s = import_files("atif", [tmp_path / "nf.trajectory.json"], tmp_path / "st2", source="nf")
+    assert (s.trajectories, s.transitions, s.malformed) == (1, 2, 0)
+    got = rows(tmp_path / "st2")
+    assert [r["kind"] for r in got] == ["create", "finish"] and got[0]["obs"] == "File created successfully at: /app/hello.txt"
+    assert got[0]["instruction"] == "Create /app/hello.txt saying Hello, world!" and got[1]["terminated"]

@@ -149,7 +149,7 @@ def test_unclosed_openers_in_an_agent_message_cost_one_pass(tmp_path):
     """An assistant message of 2 MB of unclosed ``<function=``, ``<parameter=`` and fence
     openers: Python's ``re`` rescanned the rest of the message from each opener (hours
     here, as the test would show by never ending); RE2 reads it in one pass, and the
-    leftmost complete call is still found."""
+    leftmost complete call is still found (SWE-agent's reading, and the chat formats')."""
     junk = "<function=a>" * 60_000 + "```" * 200_000
     call = "<function=bash>\n<parameter=command>ls</parameter>\n</function>"
     messages = [
@@ -165,6 +165,14 @@ def test_unclosed_openers_in_an_agent_message_cost_one_pass(tmp_path):
     (row,) = run_query("SELECT action.canonical AS a, next_state.text AS obs FROM transitions", str(tmp_path / "st")).to_pylist()
     # the first <function=a> opener is closed by the call's </function>: its parameters are the call's
     assert (json.loads(row["a"])["command"], row["obs"]) == ("a ls", "a.py")
+    # as chat messages in OpenHands' format for models without function calling, the output
+    # after a megabyte of unclosed result headers
+    messages[4] = {"role": "user", "content": "EXECUTION RESULT of [" * 100_000 + "EXECUTION RESULT of [a]:\na.py"}
+    (tmp_path / "c.jsonl").write_text(json.dumps({"messages": messages, "id": "c-1"}) + "\n")
+    s = import_files("openai-messages", [tmp_path / "c.jsonl"], tmp_path / "st2", source="hostile")
+    assert (s.trajectories, s.transitions, s.malformed) == (1, 2, 0)
+    got = run_query("SELECT action.kind AS k, next_state.text AS obs FROM transitions ORDER BY step", str(tmp_path / "st2"))
+    assert [(r["k"], r["obs"]) for r in got.to_pylist()] == [("message", "nothing ran"), ("call_tool", "a.py")]
 
 
 def test_broken_parquet_and_compressed_files_are_named_not_raised(agent_data, tmp_path):
