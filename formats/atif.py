@@ -141,6 +141,16 @@ def _trajectory(record: Any) -> Iterator[Episode]:
                 pending.append({"source": source, "message": message, **({"observation": seen} if seen else {})})
             continue
         model = step.get("model_name") if isinstance(step.get("model_name"), str) else model
+        if not (step.get("tool_calls") or message or _step_ours(step)) and step.get("observation"):
+            # what was observed with no action (ADP's export writes an observation no action
+            # came before so): the first state's, else more of what followed the last action
+            by_call, loose = _results(step, where)
+            seen = "\n".join(loose + [t for v in by_call.values() for t in v])
+            if out:
+                out[-1] = replace(out[-1], observation="\n".join(t for t in (out[-1].observation, seen) if t))
+            elif seen:
+                users.append(seen)
+            continue
         in_text = None if step.get("tool_calls") or step.get("observation") or _step_ours(step) else xml_action(message)
         if in_text is not None:  # a call in the text with no output: a transition only where it ends the run
             out.extend([Step(in_text, "", extra={"before": pending} if pending else {})] if in_text.kind == "finish" else [])
@@ -179,7 +189,7 @@ def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:
     loose: list[str] = []
     for j, r in enumerate(results):
         need(isinstance(r, dict), "{}.observation.results[{}]: not an object", where, j)
-        text = as_text(r.get("content"))
+        text = as_text(r.get("content")) or _page(r)
         refs = r.get("subagent_trajectory_ref") or []
         if isinstance(refs, list):
             for ref in refs:
@@ -189,6 +199,14 @@ def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:
         call_id = r.get("source_call_id")
         (by_call.setdefault(call_id, []) if isinstance(call_id, str) else loose).append(text)
     return by_call, loose
+
+
+def _page(result: dict) -> str:
+    """A result's web page where ADP's ATIF export keeps it (``extra.web``: the
+    accessibility tree, else the HTML); empty where there is none."""
+    extra = result.get("extra") if isinstance(result.get("extra"), dict) else {}
+    web = extra.get("web") if isinstance(extra.get("web"), dict) else {}
+    return next((web[k] for k in ("axtree", "html") if isinstance(web.get(k), str) and web[k]), "")
 
 
 def _step_ours(step: dict) -> dict:
@@ -232,12 +250,13 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
         args = call.get("arguments", {})
         args = _json_args(args, f"{where}.tool_calls[{j}].arguments")
         texts = by_call.get(call_id, [])
+        answered = call_id in by_call
         if j == len(calls) - 1:
-            texts = texts + loose
+            texts, answered = texts + loose, answered or bool(loose)
         action = _ours(ours) if len(calls) == 1 else None
-        yield Step(
-            action or canonical_action(name, args), "\n".join(texts), ours.get("error"), _reward(ours), extra if j == 0 else {}
-        )
+        action = action or canonical_action(name, args)
+        if answered or action.kind == "finish" or ours:  # a call no result answers has no next state
+            yield Step(action, "\n".join(texts), ours.get("error"), _reward(ours), extra if j == 0 else {})
 
 
 def _json_args(args: Any, where: str) -> Any:

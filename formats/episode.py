@@ -299,12 +299,12 @@ def xml_action(text: str) -> Action | None:
     return canonical_action(name, args)
 
 
-def execution_result(text: str) -> str | None:
+def execution_result(text: str) -> tuple[str, str] | None:
     """A call's output as OpenHands gives it back to a model without function calling: a
-    user message ``EXECUTION RESULT of [NAME]:`` and the output (without the blanks around
-    it, as OpenHands reads it); None where the text is not one."""
+    user message ``EXECUTION RESULT of [NAME]:`` and the output. The tool's name and the
+    output (without the blanks around it, as OpenHands reads it); None: not one."""
     found = _RESULT.search(text) if "EXECUTION RESULT of [" in text else None
-    return found.group(2).strip() if found else None
+    return (found.group(1), found.group(2).strip()) if found else None
 
 
 def task_of(text: str) -> str:

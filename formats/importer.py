@@ -64,7 +64,7 @@ class ImportSummary:
     trajectories: int = 0
     transitions: int = 0
     already_imported: int = 0
-    empty: int = 0  # records without a single action
+    empty: int = 0  # records without a single transition (no action, or none with an outcome)
     malformed: int = 0
     problems: list[Problem] = field(default_factory=list)
     by_domain: dict[str, int] = field(default_factory=dict)
@@ -300,7 +300,8 @@ def summary_lines(s: ImportSummary) -> list[str]:
     lines = [
         f"imported {s.trajectories} trajectories ({s.transitions} transitions: {domains}) from {s.records} records "
         f"in {s.files} files into run {s.run_id}",
-        f"already imported: {s.already_imported}; without actions: {s.empty}; malformed: {s.malformed}",
+        f"already imported: {s.already_imported}; without transitions (no action with an outcome): {s.empty}; "
+        f"malformed: {s.malformed}",
     ]
     lines += [f"  skipped {p}" for p in s.problems]
     if s.malformed > len(s.problems):

@@ -364,9 +364,9 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
         elif role in ("user", "human") and not content and m.get("tool_calls"):
             continue  # tau2's user simulator acting on its own device: its reply comes in a later message
         elif role in ("user", "human") and open_calls and (result := execution_result(content)) is not None:
-            call = _answered(open_calls, None, None)  # OpenHands without function calling: a call's output
+            call = _answered(open_calls, None, result[0])  # OpenHands without function calling: a call's output
             if call is not None:
-                call.answers.append(result)
+                call.answers.append(result[1])
         elif role in ("user", "human"):
             close()
             if instruction is None and not steps:

@@ -6,8 +6,10 @@ ai, ``target``, ``model_name``; SWE-smith trajectories: ``messages``, a list or 
 string of one, ``instance_id``, ``traj_id``, ``resolved``, ``model``).
 
 Every SWE-agent action is a command typed into the agent's shell (its interface commands
-are shell functions there), so each becomes ``run`` (``submit`` becomes ``submit``); the
-observation is what came back. An assistant message gives its command as SWE-agent
+are shell functions there), so each becomes ``run`` (``submit``, and mini-swe-agent's
+``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``, become ``submit``); the observation is what
+came back (a command nothing answered, as the last of a run cut short, is no transition). A
+JSON array of messages is one run (mini-swe-agent's early ``.traj.json``). An assistant message gives its command as SWE-agent
 recorded it (``action``), else as a tool call (``tool_calls``: the first one, as
 SWE-agent runs one a turn) or in the text: an XML function call (``<function=bash>``
 with ``<parameter=command>``, the format SWE-smith trains on) or the last fenced block. A
@@ -37,14 +39,26 @@ _RE2.log_errors = False
 _BLOCK = re2.compile(r"(?s)```[^\n]*\n(.*?)```", _RE2)
 
 
+#: What ends a mini-swe-agent run: a command that echoes this word (its output's first line).
+MINI_SUBMIT = ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "echo MINI_SWE_AGENT_FINAL_OUTPUT")
+
+
 def action_of(command: str) -> Action:
     command = command.strip()
-    if command == "submit" or command.startswith("submit "):
+    if command == "submit" or command.startswith("submit ") or any(m in command for m in MINI_SUBMIT):
         return Action.make("submit", raw=command)
     return Action.make("run", raw=command, command=command, timeout=30.0)
 
 
+def whole_array(first: Any) -> bool:
+    """A JSON array of chat messages is one run (mini-swe-agent's ``.traj.json`` as its
+    early versions and its tests keep it), not a list of records."""
+    return isinstance(first, dict) and isinstance(first.get("role"), str)
+
+
 def episodes(record: Any, name: str = "") -> Iterator[Episode]:
+    if isinstance(record, list):  # a run kept as its messages alone
+        record = {"messages": record}
     need(isinstance(record, dict), f"expected a JSON object, got {type(record).__name__}")
     info = record.get("info") if isinstance(record.get("info"), dict) else {}
     record_id = _first_str(record, "traj_id", "instance_id", "id") or name or CONTENT_ID
@@ -138,13 +152,13 @@ def _from_messages(messages: list) -> Iterator[Step]:
             continue
         role = m.get("role")
         if role in ("assistant", "ai"):
-            if pending is not None:
+            if pending is not None and (seen or pending.kind == "submit"):  # else nothing answered it: no next state
                 yield Step(pending, "\n".join(seen))
             command = _command(m, i)
             pending, seen = (action_of(command) if command and command.strip() else None), []
         elif role in ("tool", "user") and pending is not None:
             seen.append(as_text(m.get("content", m.get("text"))))
-    if pending is not None:
+    if pending is not None and (seen or pending.kind == "submit"):
         yield Step(pending, "\n".join(seen))
 
 

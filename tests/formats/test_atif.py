@@ -171,7 +171,7 @@ def test_what_a_system_step_observed_is_kept(tmp_path):
 
 
 def test_malformed_records_are_skipped_and_named(tmp_path):
-    good = _record("ok", [{"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}}], [])
+    good = _record("ok", [{"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}}], [{"content": "a.txt"}])
     bad_step_id = json.loads(json.dumps(good)) | {"session_id": "bad-id"}
     bad_step_id["steps"][1]["step_id"] = "two"
     no_name = json.loads(json.dumps(good)) | {"session_id": "no-name"}
@@ -373,3 +373,74 @@ def test_what_the_agent_says_and_the_user_replies_are_atif_turns(tmp_path):
         assert [tuple(r[k] for k in kept) for r in rows(tmp_path / fmt)] == [
             tuple(r[k] for k in kept) for r in rows(tmp_path / "a")
         ]
+
+
+def test_a_call_no_result_answers_is_no_transition_and_a_page_in_extra_web_is_read(tmp_path):
+    """As in the other formats, a call no result answers has no next state and makes no
+    transition (a finish needs none). ADP's ATIF export keeps a web page in a result's
+    ``extra.web`` (its accessibility tree, else its HTML), with empty ``content``."""
+    calls = [
+        {"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "ls"}},
+        {"tool_call_id": "b", "function_name": "weather", "arguments": {"city": "Oslo"}},  # nothing answers it
+    ]
+    page = {"content": "", "source_call_id": "c", "extra": {"web": {"html": None, "axtree": "[1] link 'Features'"}}}
+    more = [
+        {
+            "step_id": 3,
+            "source": "agent",
+            "message": "",
+            "tool_calls": [{"tool_call_id": "c", "function_name": "click", "arguments": {"bid": "1"}}],
+            "observation": {"results": [page]},
+        },
+        {
+            "step_id": 4,
+            "source": "agent",
+            "message": "",
+            "tool_calls": [{"tool_call_id": "d", "function_name": "go", "arguments": {}}],
+        },
+        {
+            "step_id": 5,
+            "source": "agent",
+            "message": "",
+            "tool_calls": [{"tool_call_id": "e", "function_name": "finish", "arguments": {}}],
+        },
+    ]
+    (tmp_path / "p.json").write_text(json.dumps(_record("s1", calls, [{"source_call_id": "a", "content": "x.txt"}], after=more)))
+    s = import_files("atif", [tmp_path / "p.json"], tmp_path / "st", source="probe")
+    assert (s.trajectories, s.transitions, s.malformed) == (1, 3, 0)
+    got = rows(tmp_path / "st")
+    assert [(r["kind"], r["obs"]) for r in got] == [("run", "x.txt"), ("call_tool", "[1] link 'Features'"), ("finish", "")]
+
+
+def test_what_is_observed_with_no_action_is_the_first_state_or_more_of_the_last_outcome(tmp_path):
+    """ADP's ATIF export writes an observation no action came before (the first page, or
+    a second observation after an action's) as an agent step with no message and no call:
+    it is part of the first state, or of what followed the last action, never an invented
+    empty message."""
+
+    def seen(n: int, text: str) -> dict:
+        return {"step_id": n, "source": "agent", "message": "", "observation": {"results": [{"content": text}]}}
+
+    click = {"tool_call_id": "c", "function_name": "click", "arguments": {"bid": "7"}}
+    steps = [
+        {"step_id": 1, "source": "user", "message": "Open the features page"},
+        seen(2, "[7] link 'Features'"),
+        {
+            "step_id": 3,
+            "source": "agent",
+            "message": "",
+            "tool_calls": [click],
+            "observation": {"results": [{"content": "page 2"}]},
+        },
+        seen(4, "a popup"),
+    ]
+    doc = {"schema_version": "ATIF-v1.7", "session_id": "w", "agent": {"name": "adp", "version": "1"}, "steps": steps}
+    (tmp_path / "w.json").write_text(json.dumps(doc))
+    assert import_files("atif", [tmp_path / "w.json"], tmp_path / "st", source="probe").transitions == 1
+    [only] = rows(tmp_path / "st")
+    assert (only["kind"], only["state"], only["obs"]) == (
+        "call_tool",
+        "Open the features page\n\n[7] link 'Features'",
+        "page 2\na popup",
+    )
+    assert only["instruction"] == "Open the features page"

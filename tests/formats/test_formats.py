@@ -94,7 +94,8 @@ def test_swe_smith_rows_in_each_of_its_styles(tmp_path):
 
 def test_mini_swe_agent_trajectory(tmp_path):
     """mini-swe-agent's ``.traj.json``: ``messages`` whose assistant turns end in a bash
-    block, observations as user messages, ``info.exit_status``; the file names the run."""
+    block, observations as user messages, ``info.exit_status``; the file names the run. Its
+    command that echoes ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` is the run's submit."""
     messages = [
         {"role": "system", "content": "You are a helpful assistant that can interact with a computer."},
         {"role": "user", "content": "<pr_description>Fix the parser</pr_description>"},
@@ -115,12 +116,22 @@ def test_mini_swe_agent_trajectory(tmp_path):
     s = import_files("swe-agent", [tmp_path], tmp_path / "st", source="mini")
     assert (s.trajectories, s.transitions, s.malformed) == (1, 2, 0)
     got = rows(tmp_path / "st")
-    assert [json.loads(r["action"])["command"] for r in got] == [
-        "ls -la",
-        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff",
-    ]
+    assert [json.loads(r["action"]) for r in got] == [{"kind": "run", "command": "ls -la", "timeout": 30.0}, {"kind": "submit"}]
     assert got[0]["obs"] == "<returncode>0</returncode>\n<output>\nparser.py\n</output>"
     assert (got[0]["record"], got[0]["instruction"]) == ("acme__parser-7.traj", "<pr_description>Fix the parser</pr_description>")
+    assert got[1]["obs"] == "diff --git a/parser.py b/parser.py" and got[1]["terminated"]
+    # its early versions (and its tests) keep a run as the messages alone: one run, not a record each;
+    # a command nothing answered (the run cut off after it) is no transition
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "local.traj.json").write_text(json.dumps([*messages[:4], messages[2]]))
+    s = import_files("swe-agent", [tmp_path / "bare"], tmp_path / "st2", source="mini")
+    assert (s.records, s.trajectories, s.transitions, s.malformed) == (1, 1, 1, 0)
+    [only] = rows(tmp_path / "st2")
+    assert (only["kind"], only["record"], only["instruction"]) == (
+        "run",
+        "local.traj",
+        "<pr_description>Fix the parser</pr_description>",
+    )
 
 
 def test_openhands_event_stream(agent_data, tmp_path):
@@ -1203,21 +1214,26 @@ def test_openhands_without_function_calling_in_chat_and_atif(tmp_path):
         {"role": "user", "content": _example_prompt("Create /app/hello.txt saying Hello, world!")},
         {"role": "assistant", "content": create},
         {"role": "user", "content": "EXECUTION RESULT of [str_replace_editor]:\nFile created successfully at: /app/hello.txt"},
+        {"role": "assistant", "content": "<function=think>\n<parameter=thought>Check it.</parameter>\n</function>"},
+        {"role": "assistant", "content": "<function=execute_bash>\n<parameter=command>ls /app</parameter>\n</function>"},
+        {"role": "user", "content": "EXECUTION RESULT of [execute_bash]:\nhello.txt"},  # the think got no output
         {"role": "assistant", "content": insert},
         {"role": "user", "content": "EXECUTION RESULT of [str_replace_editor]:\nThe file /app/hello.txt has been edited.\n"},
         {"role": "assistant", "content": finish},
     ]
     (tmp_path / "chat.json").write_text(json.dumps({"id": "nf", "messages": messages}))
     s = import_files("openai-messages", [tmp_path / "chat.json"], tmp_path / "st", source="nf")
-    assert (s.trajectories, s.transitions, s.malformed) == (1, 3, 0)
+    assert (s.trajectories, s.transitions, s.malformed) == (1, 4, 0)
     got = rows(tmp_path / "st")
     assert [json.loads(r["action"]) for r in got] == [
         {"kind": "create", "path": "/app/hello.txt", "content": "Hello, world!"},
+        {"kind": "run", "command": "ls /app", "timeout": 30.0},
         {"kind": "insert", "path": "/app/hello.txt", "line": 1, "text": "Bye."},
         {"kind": "finish", "answer": "Created /app/hello.txt"},
     ]
     assert [r["obs"] for r in got] == [
         "File created successfully at: /app/hello.txt",
+        "hello.txt",
         "The file /app/hello.txt has been edited.",
         "",
     ]
