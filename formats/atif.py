@@ -30,6 +30,7 @@ from typing import Any
 
 from collectors.env import reward_in
 from formats.episode import (
+    KEYSTROKE_TOOLS,
     Episode,
     Step,
     as_text,
@@ -151,7 +152,9 @@ def _trajectory(record: Any) -> Iterator[Episode]:
             elif seen:
                 users.append(seen)
             continue
-        in_text = None if step.get("tool_calls") or step.get("observation") or _step_ours(step) else xml_action(message)
+        in_text = None
+        if not (step.get("tool_calls") or step.get("observation") or _step_ours(step)):
+            in_text = xml_action(message) or _terminus(message)
         if in_text is not None:  # a call in the text with no output: a transition only where it ends the run
             out.extend([Step(in_text, "", extra={"before": pending} if pending else {})] if in_text.kind == "finish" else [])
             pending = []
@@ -201,6 +204,48 @@ def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:
     return by_call, loose
 
 
+def _typed(calls: list) -> Action | None:
+    """Several keystroke calls of one step (Terminus' ``bash_command``, a command each)
+    whose results name none of them: the keys typed in turn, as one ``send_keys`` (the
+    screen after them is one observation: split, every call but the last would have
+    none). None where the step is not that."""
+    if len(calls) < 2 or not all(isinstance(c, dict) for c in calls):
+        return None
+    keys = [(c.get("arguments") or {}).get("keystrokes") if isinstance(c.get("arguments"), dict) else None for c in calls]
+    names = {str(c.get("function_name")).lower() for c in calls}
+    if not (names <= KEYSTROKE_TOOLS and all(isinstance(k, str) for k in keys)):
+        return None
+    return canonical_action("bash_command", {"keystrokes": "".join(keys)}, raw=canonical_json(calls))
+
+
+def _terminus(message: str) -> Action | None:
+    """A Terminus reply kept as its text (an ATIF step without tool calls, as Harbor writes
+    Terminus 2's with its JSON parser): the ``keystrokes`` of its ``commands``, typed in
+    turn, as one ``send_keys``; no command and ``task_complete`` a finish; no command a
+    ``wait``. None where the text is not a reply Terminus runs: its required fields
+    (``analysis`` and ``plan``; Terminus 1's ``state_analysis`` and ``explanation``) missing,
+    as Terminus refuses such a reply and runs nothing."""
+    start, end = message.find("{"), message.rfind("}")
+    if start < 0 or '"commands"' not in message:
+        return None
+    try:
+        reply = loads(message[start : end + 1])
+    except ValueError:
+        return None
+    commands = reply.get("commands") if isinstance(reply, dict) else None
+    required = ({"analysis", "plan"}, {"state_analysis", "explanation"})
+    if not (isinstance(commands, list) and any(r <= reply.keys() for r in required)):
+        return None
+    keys = [c.get("keystrokes") if isinstance(c, dict) else None for c in commands]
+    if not all(isinstance(k, str) for k in keys):
+        return None
+    if "".join(keys):
+        return canonical_action("bash_command", {"keystrokes": "".join(keys)}, raw=message)
+    if reply.get("task_complete", reply.get("is_task_complete")) is True:
+        return Action.make("finish", raw=message, answer="")
+    return Action.make("wait", raw=message)
+
+
 def _page(result: dict) -> str:
     """A result's web page where ADP's ATIF export keeps it (``extra.web``: the
     accessibility tree, else the HTML); empty where there is none."""
@@ -235,11 +280,16 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
     results = by_call or loose
     ours = _step_ours(step)
     extra = {"before": before} if before else {}
+    typed = _typed(calls) if not by_call and not ours else None
+    if typed is not None:  # keystrokes typed in turn, one screen after them all: one action
+        yield Step(typed, "\n".join(loose), extra=extra)
+        return
     if not calls:
         if results:
             texts = loose  # with no call, every result names none of its calls
             message = as_text(step.get("message"))
-            action = _ours(ours) or xml_action(message) or text_action(message)
+            refused = any(t.startswith("Previous response had parsing errors") for t in texts)  # Terminus ran nothing
+            action = _ours(ours) or xml_action(message) or (None if refused else _terminus(message)) or text_action(message)
             yield Step(action, "\n".join(texts), ours.get("error"), _reward(ours), extra)
         return
     for j, call in enumerate(calls):

@@ -334,7 +334,7 @@ def infer_domain(ep: Episode) -> str:
     tools = {s.action.args.get("name") for s in ep.steps if s.action.kind == "call_tool"}
     if tools & SWE_TOOLS:
         return "swe"
-    if kinds & {"run", "send_keys"} and kinds <= {"run", "send_keys", "interrupt", "finish", "message"}:
+    if kinds & {"run", "send_keys"} and kinds <= {"run", "send_keys", "interrupt", "wait", "finish", "message"}:
         return "terminal"
     return "mcp"
 

@@ -444,3 +444,43 @@ def test_what_is_observed_with_no_action_is_the_first_state_or_more_of_the_last_
         "page 2\na popup",
     )
     assert only["instruction"] == "Open the features page"
+
+
+def test_terminus_keystrokes_typed_in_turn_are_one_action(tmp_path):
+    """Terminus types a reply's commands in turn and shows one screen after them all:
+    several ``bash_command`` calls of a step whose results name none are one ``send_keys``
+    of all their keys. A reply kept only as its text (Harbor writes Terminus 2's so with
+    its JSON parser) is read as Terminus runs it: its keystrokes, or a finish, or a wait;
+    one missing the fields Terminus requires ran nothing, and stays a message."""
+    calls = [
+        {"tool_call_id": "1", "function_name": "bash_command", "arguments": {"keystrokes": "cd /app\n", "duration": 0.1}},
+        {"tool_call_id": "2", "function_name": "bash_command", "arguments": {"keystrokes": "ls\n", "duration": 0.1}},
+    ]
+
+    def reply(n: int, commands: list, done: bool = False, **more) -> dict:
+        text = json.dumps({"analysis": "a", "plan": "p", "commands": commands, "task_complete": done} | more)
+        return {"step_id": n, "source": "agent", "message": text, "observation": {"results": [{"content": f"screen {n}"}]}}
+
+    no_plan = reply(6, [{"keystrokes": "rm -rf /\n"}])
+    no_plan["message"] = json.dumps({"commands": [{"keystrokes": "rm -rf /\n"}]})
+    no_plan["observation"]["results"][0]["content"] = "Previous response had parsing errors:\nERROR: Missing required fields"
+    steps = [
+        {"step_id": 1, "source": "user", "message": "List /app"},
+        {"step_id": 2, "source": "agent", "message": "", "tool_calls": calls, "observation": {"results": [{"content": "a.txt"}]}},
+        reply(3, [{"keystrokes": "cat a.txt\n", "duration": 0.1}, {"keystrokes": "C-c", "duration": 0.1}]),
+        reply(4, []),
+        no_plan,
+        reply(5, [], done=True),
+    ]
+    doc = {"schema_version": "ATIF-v1.5", "session_id": "t", "agent": {"name": "terminus-2", "version": "2"}, "steps": steps}
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    import_files("atif", [tmp_path / "t.json"], tmp_path / "st", source="probe")
+    got = rows(tmp_path / "st")
+    assert [json.loads(r["action"]) for r in got] == [
+        {"kind": "send_keys", "keys": "cd /app\nls", "enter": True, "special": False},
+        {"kind": "send_keys", "keys": "cat a.txt\nC-c", "enter": False, "special": False},
+        {"kind": "wait"},
+        {"kind": "message", "text": no_plan["message"]},
+        {"kind": "finish", "answer": ""},
+    ]
+    assert [r["obs"] for r in got][:2] == ["a.txt", "screen 3"] and got[0]["domain"] == "terminal"
