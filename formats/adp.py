@@ -4,8 +4,9 @@
 In: each action (``api_action``: function and kwargs; ``code_action``: language and code;
 ``message_action``: content, a finish where it is ADP's ``<finish> answer </finish>``)
 becomes a transition; the observations after it, up to the next action, are its next state
-(an action no observation follows is none, unless it is a finish) (``text_observation``: content; ``web_observation``: the
-accessibility tree, else the HTML). Observations before the first action are the first
+(``text_observation``: content; ``web_observation``: the accessibility tree, else the
+HTML); an action no observation follows is none, unless it is a finish. Observations
+before the first action are the first
 state; the first user text is the instruction. Web observations make the domain web and
 their text an ``a11y_tree``; code actions in bash run as ``run``; BrowserGym calls (click,
 fill ...) as our web actions. Whether the source executed anything ADP does not say:

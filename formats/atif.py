@@ -137,16 +137,14 @@ def _trajectory(record: Any) -> Iterator[Episode]:
             elif not out and source == "user":
                 users.append(task_of(message))
             elif out or source == "user":
-                by_call, loose = _results(step, where)
-                seen = "\n".join(loose + [t for v in by_call.values() for t in v])
+                seen = _all_results(step, where)
                 pending.append({"source": source, "message": message, **({"observation": seen} if seen else {})})
             continue
         model = step.get("model_name") if isinstance(step.get("model_name"), str) else model
         if not (step.get("tool_calls") or message or _step_ours(step)) and step.get("observation"):
             # what was observed with no action (ADP's export writes an observation no action
             # came before so): the first state's, else more of what followed the last action
-            by_call, loose = _results(step, where)
-            seen = "\n".join(loose + [t for v in by_call.values() for t in v])
+            seen = _all_results(step, where)
             if out:
                 out[-1] = replace(out[-1], observation="\n".join(t for t in (out[-1].observation, seen) if t))
             elif seen:
@@ -154,7 +152,7 @@ def _trajectory(record: Any) -> Iterator[Episode]:
             continue
         in_text = None
         if not (step.get("tool_calls") or step.get("observation") or _step_ours(step)):
-            in_text = xml_action(message) or _terminus(message)
+            in_text = _call_in_text(message)
         if in_text is not None:  # a call in the text with no output: a transition only where it ends the run
             out.extend([Step(in_text, "", extra={"before": pending} if pending else {})] if in_text.kind == "finish" else [])
             pending = []
@@ -202,6 +200,18 @@ def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:
         call_id = r.get("source_call_id")
         (by_call.setdefault(call_id, []) if isinstance(call_id, str) else loose).append(text)
     return by_call, loose
+
+
+def _all_results(step: dict, where: str) -> str:
+    """Every result of a step, as one text."""
+    by_call, loose = _results(step, where)
+    return "\n".join(loose + [t for v in by_call.values() for t in v])
+
+
+def _call_in_text(message: str) -> Action | None:
+    """A call an agent step writes in its text: OpenHands' XML call (a model without
+    function calling), else a Terminus reply; None where it writes none."""
+    return xml_action(message) or _terminus(message)
 
 
 def _typed(calls: list) -> Action | None:
@@ -280,7 +290,7 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
     results = by_call or loose
     ours = _step_ours(step)
     extra = {"before": before} if before else {}
-    typed = _typed(calls) if not by_call and not ours else None
+    typed = _typed(calls) if loose and not by_call and not ours else None
     if typed is not None:  # keystrokes typed in turn, one screen after them all: one action
         yield Step(typed, "\n".join(loose), extra=extra)
         return
@@ -289,7 +299,7 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
             texts = loose  # with no call, every result names none of its calls
             message = as_text(step.get("message"))
             refused = any(t.startswith("Previous response had parsing errors") for t in texts)  # Terminus ran nothing
-            action = _ours(ours) or xml_action(message) or (None if refused else _terminus(message)) or text_action(message)
+            action = _ours(ours) or (None if refused else _call_in_text(message)) or text_action(message)
             yield Step(action, "\n".join(texts), ours.get("error"), _reward(ours), extra)
         return
     for j, call in enumerate(calls):

@@ -256,14 +256,15 @@ def text_action(text: str) -> Action:
     return Action.make("message", raw=text, text=text)
 
 
-# RE2 (linear time): Python's ``re`` rescans the rest of the text from every opener that is
-# never closed, so an agent's message of repeated openers would take hours
-_RE2 = re2.Options()
-_RE2.log_errors = False
-_XML_CALL = re2.compile(r"(?s)<function=([^>\s]+)>(.*?)</function>", _RE2)
-_XML_PARAM = re2.compile(r"(?s)<parameter=([^>\s]+)>(.*?)</parameter>", _RE2)
+#: Options of the converters' RE2 patterns (linear time: Python's ``re`` rescans the rest of
+#: the text from every opener that is never closed, so an agent's message of repeated
+#: openers would take hours).
+LINEAR = re2.Options()
+LINEAR.log_errors = False
+_XML_CALL = re2.compile(r"(?s)<function=([^>\s]+)>(.*?)</function>", LINEAR)
+_XML_PARAM = re2.compile(r"(?s)<parameter=([^>\s]+)>(.*?)</parameter>", LINEAR)
 #: What OpenHands writes after a call's output when the model has no function calling.
-_RESULT = re2.compile(r"(?s)EXECUTION RESULT of \[(.*?)\]:\n(.*)", _RE2)
+_RESULT = re2.compile(r"(?s)EXECUTION RESULT of \[(.*?)\]:\n(.*)", LINEAR)
 _TASK_START = "--------------------- NEW TASK DESCRIPTION ---------------------\n"
 _TASK_END = "\n--------------------- END OF NEW TASK DESCRIPTION ---------------------"
 

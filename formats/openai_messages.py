@@ -46,6 +46,7 @@ import re2
 
 from formats.episode import (
     CONTENT_ID,
+    LINEAR,
     Episode,
     RecordError,
     Step,
@@ -101,12 +102,8 @@ def _untagged(text: str, tag: str) -> str:
     return text
 
 
-# RE2 (linear time): Python's ``re`` rescans the rest of the text from every opener that is
-# never closed
-_RE2 = re2.Options()
-_RE2.log_errors = False
-_TOOL_CALL = re2.compile(r"(?s)<tool_call>(.*?)</tool_call>", _RE2)
-_TOOL_RESPONSE = re2.compile(r"(?s)<tool_response>(.*?)</tool_response>", _RE2)
+_TOOL_CALL = re2.compile(r"(?s)<tool_call>(.*?)</tool_call>", LINEAR)
+_TOOL_RESPONSE = re2.compile(r"(?s)<tool_response>(.*?)</tool_response>", LINEAR)
 #: The longest call text read as a Python literal (Hermes data writes some with single quotes).
 _LITERAL_CHARS = 1 << 20
 

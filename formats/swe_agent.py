@@ -28,15 +28,11 @@ from typing import Any
 
 import re2
 
-from formats.episode import CONTENT_ID, Episode, Step, as_text, loads, need, unpacked, xml_call
+from formats.episode import CONTENT_ID, LINEAR, Episode, Step, as_text, loads, need, unpacked, xml_call
 from schemas.transition import Action
 
 NAME = "swe-agent"
-# RE2 (linear time): Python's ``re`` rescans the rest of the text from every opener that is
-# never closed, so an agent's message of repeated openers would take hours
-_RE2 = re2.Options()
-_RE2.log_errors = False
-_BLOCK = re2.compile(r"(?s)```[^\n]*\n(.*?)```", _RE2)
+_BLOCK = re2.compile(r"(?s)```[^\n]*\n(.*?)```", LINEAR)
 
 
 #: What ends a mini-swe-agent run: a command that echoes this word (its output's first line).

@@ -484,3 +484,7 @@ def test_terminus_keystrokes_typed_in_turn_are_one_action(tmp_path):
         {"kind": "finish", "answer": ""},
     ]
     assert [r["obs"] for r in got][:2] == ["a.txt", "screen 3"] and got[0]["domain"] == "terminal"
+    unseen = {"step_id": 7, "source": "agent", "message": "", "tool_calls": calls}  # typed, no screen after: no transition
+    doc["steps"] = [*steps[:2], unseen]
+    (tmp_path / "u.json").write_text(json.dumps(doc | {"session_id": "u"}))
+    assert import_files("atif", [tmp_path / "u.json"], tmp_path / "st2", source="probe").transitions == 1
