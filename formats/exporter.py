@@ -168,8 +168,7 @@ def _move_in(stage: Path, folder: Path, listing: Path, summary: ExportSummary) -
             raise ConfigError(f"--out: {folder / name} is a folder, where the export writes a file")
     old = _listed(listing)
     stale = sorted(old - set(new))
-    if stale:
-        _write_listing(listing, sorted(old | set(new)), summary)
+    _write_listing(listing, sorted(old | set(new)), summary)
     for name in new:
         os.replace(stage / name, folder / name)
     for name in stale:
