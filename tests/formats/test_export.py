@@ -4,6 +4,7 @@ the store, and the query engine holds counts, never the selection."""
 from __future__ import annotations
 
 import json
+import os
 
 import orjson
 import pytest
@@ -227,3 +228,29 @@ def test_an_export_replaces_its_formats_previous_export_whole(agent_data, tmp_pa
 
 def _names_in(out, fmt: str) -> list[str]:
     return json.loads((out / f".trajforge-export-{fmt}").read_text())["files"]
+
+
+def test_an_export_stopped_while_moving_its_files_in_leaves_them_listed(agent_data, tmp_path, monkeypatch):
+    """The list names every file an export moves in before the first one moves: an export
+    that stops half way through moving (a full disk, a kill) leaves no file the next export
+    does not know to replace."""
+    import formats.exporter
+
+    _import_copies(agent_data, tmp_path, "swe-agent/pydicom__pydicom-1458.traj", "swe-agent", 3)
+    out, moved = tmp_path / "out", []
+    real = os.replace
+
+    def stopping(src, dst):  # (os.replace also renames each file written in the staging folder, and the list)
+        if os.path.dirname(dst) == str(out) and not os.path.basename(dst).startswith("."):
+            if len(moved) == 2:
+                raise OSError(28, "No space left on device")
+            moved.append(dst)
+        real(src, dst)
+
+    monkeypatch.setattr(formats.exporter.os, "replace", stopping)
+    with pytest.raises(OSError, match="No space"):
+        export_store("atif", tmp_path / "store", out)
+    monkeypatch.setattr(formats.exporter.os, "replace", real)
+    assert len(list(out.glob("imp-*.json"))) == 2  # moved before it stopped
+    s = export_store("atif", tmp_path / "store", out, where="provenance.source_record = 'copy-1'")
+    assert (s.files, s.removed) == (1, 2) and len(list(out.glob("imp-*.json"))) == 1
