@@ -112,7 +112,8 @@ def _trajectory(record: Any) -> Iterator[Episode]:
     agent = record.get("agent") if isinstance(record.get("agent"), dict) else {}
     agent_name = "/".join(str(agent[k]) for k in ("name", "version") if agent.get(k)) or None
     model = agent.get("model_name") if isinstance(agent.get("model_name"), str) else None
-    users: list[str] = []
+    users: list[str] = []  # the first state: what the user said (and showed) before the first action
+    task: str | None = None
     out: list[Step] = []
     pending: list[dict[str, str]] = []
     said: Step | None = None  # an agent's message (no call, no result) waiting for the user's reply
@@ -135,7 +136,10 @@ def _trajectory(record: Any) -> Iterator[Episode]:
                 out.append(replace(said, observation=message))
                 said = None
             elif not out and source == "user":
-                users.append(task_of(message))
+                prompt = _terminus_prompt(message)
+                said_task, shown = prompt if prompt else (task_of(message), None)
+                task = said_task if task is None else task
+                users.append(said_task if shown is None else shown)
             elif out or source == "user":
                 seen = _all_results(step, where)
                 pending.append({"source": source, "message": message, **({"observation": seen} if seen else {})})
@@ -169,7 +173,7 @@ def _trajectory(record: Any) -> Iterator[Episode]:
         record_id=session,
         initial="\n\n".join(users),
         steps=out,
-        instruction=ours.get("instruction") if "instruction" in ours else users[0] if users else None,
+        instruction=ours.get("instruction") if "instruction" in ours else task,
         task_id=ours.get("task_id") if isinstance(ours.get("task_id"), str) else None,
         domain=ours.get("domain") if isinstance(ours.get("domain"), str) else None,
         agent=agent_name if not ours else (record.get("agent") or {}).get("name"),
@@ -200,6 +204,15 @@ def _results(step: dict, where: str) -> tuple[dict[str, list[str]], list[str]]:
         call_id = r.get("source_call_id")
         (by_call.setdefault(call_id, []) if isinstance(call_id, str) else loose).append(text)
     return by_call, loose
+
+
+def _terminus_prompt(message: str) -> tuple[str, str] | None:
+    """Terminus' first prompt (its instructions, ``Task Description:`` and the task, then
+    ``Current terminal state:`` and the screen): the task and the screen, the first state
+    the environment showed. None where the message is not that prompt."""
+    head, found, screen = message.rpartition("\nCurrent terminal state:\n")
+    _, marked, task = head.rpartition("\nTask Description:\n")
+    return (task.strip(), screen) if found and marked else None
 
 
 def _all_results(step: dict, where: str) -> str:

@@ -54,6 +54,9 @@ def test_harbor_files_import_field_by_field(agent_data, tmp_path):
     terminus = [r for r in got if r["file"] == "hello-world-invalid-json.trajectory.json"]
     assert [r["kind"] for r in terminus] == ["message", "send_keys", "finish", "finish"]
     assert terminus[0]["obs"].startswith("Previous response had parsing errors")  # an agent turn with no tool call
+    # Terminus' first prompt: its task is the instruction, the screen it shows the first state
+    assert terminus[0]["instruction"] == 'Create a file called hello.txt with "Hello, world!" as the content.'
+    assert terminus[0]["state"].startswith("Current Terminal Screen:\nbash: cannot set terminal process group")
     assert json.loads(terminus[1]["action"]) == {
         "kind": "send_keys",
         "keys": "printf 'Hello, world!\\n' > hello.txt",
