@@ -31,6 +31,7 @@ from formats.episode import (
     Step,
     as_text,
     canonical_action,
+    ends_run,
     image_text,
     loads,
     need,
@@ -145,7 +146,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
         cls = CLASS_NAMES.get(cls, cls) if isinstance(cls, str) else cls
         need(cls in ACTIONS + OBSERVATIONS, f"{where}.class_: {cls!r} is not an ADP action or observation")
         if cls in ACTIONS:
-            if action is not None and (seen or action.kind == "finish"):
+            if action is not None and (seen or ends_run(action)):
                 steps.append(Step(action, "\n".join(seen), format=_kind(kinds[1])))
             action, seen = _action(item, where, web), []
             kinds[1].clear()
@@ -155,7 +156,7 @@ def episodes(record: Any, name: str = "") -> Iterator[Episode]:
             instruction = text
         (seen if action is not None else first).append(text)
         kinds[action is not None].append(fmt)
-    if action is not None and (seen or action.kind == "finish"):
+    if action is not None and (seen or ends_run(action)):
         steps.append(Step(action, "\n".join(seen), format=_kind(kinds[1])))
     if not steps:
         return

@@ -35,6 +35,7 @@ from formats.episode import (
     Step,
     as_text,
     canonical_action,
+    ends_run,
     loads,
     need,
     ours_of,
@@ -158,7 +159,7 @@ def _trajectory(record: Any) -> Iterator[Episode]:
         if not (step.get("tool_calls") or step.get("observation") or _step_ours(step)):
             in_text = _call_in_text(message)
         if in_text is not None:  # a call in the text with no output: a transition only where it ends the run
-            out.extend([Step(in_text, "", extra={"before": pending} if pending else {})] if in_text.kind == "finish" else [])
+            out.extend([Step(in_text, "", extra={"before": pending} if pending else {})] if ends_run(in_text) else [])
             pending = []
             continue
         said = None if step.get("tool_calls") or step.get("observation") else _said(step, pending)
@@ -328,7 +329,7 @@ def _agent_steps(step: dict, where: str, before: list[dict[str, str]]) -> Iterat
             texts, answered = texts + loose, answered or bool(loose)
         action = _ours(ours) if len(calls) == 1 else None
         action = action or canonical_action(name, args)
-        if answered or action.kind == "finish" or ours:  # a call no result answers has no next state
+        if answered or ends_run(action) or ours:  # a call no result answers has no next state
             yield Step(action, "\n".join(texts), ours.get("error"), _reward(ours), extra if j == 0 else {})
 
 

@@ -251,6 +251,13 @@ def canonical_action(name: str, arguments: Any, raw: str | None = None) -> Actio
     return Action.make("call_tool", raw=raw, name=name, arguments=args)
 
 
+def ends_run(action: Action) -> bool:
+    """A finish or a submit: an action that needs no answer to be a transition. Any other
+    action is one only where something answered it (a call nothing answered has no next
+    state: a world model trained on it would learn that tools answer with nothing)."""
+    return action.kind in ("finish", "submit")
+
+
 def text_action(text: str) -> Action:
     """An action the source gives as free text only (no tool call)."""
     return Action.make("message", raw=text, text=text)
@@ -284,13 +291,15 @@ def xml_call(text: str) -> tuple[str, dict[str, str]] | None:
 
 
 def xml_action(text: str) -> Action | None:
-    """The action of a call written as ``xml_call`` reads it, as OpenHands reads it: each
-    value without the blanks around it, ``insert_line`` a number and ``view_range`` a list
-    where they read as one (the editor's typed parameters); None: no call."""
+    """The action of a call written as ``xml_call`` reads it; None: no call."""
     call = xml_call(text)
-    if call is None:
-        return None
-    name, params = call
+    return None if call is None else xml_call_action(*call)
+
+
+def xml_call_action(name: str, params: dict[str, str]) -> Action:
+    """A call ``xml_call`` read, as OpenHands reads it: each value without the blanks
+    around it, ``insert_line`` a number and ``view_range`` a list where they read as one
+    (the editor's typed parameters)."""
     args: dict[str, Any] = {k: v.strip() for k, v in params.items()}
     if isinstance(args.get("insert_line"), str) and args["insert_line"].isdigit():
         args["insert_line"] = int(args["insert_line"])

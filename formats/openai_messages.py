@@ -52,6 +52,7 @@ from formats.episode import (
     Step,
     as_text,
     canonical_action,
+    ends_run,
     execution_result,
     loads,
     need,
@@ -61,8 +62,8 @@ from formats.episode import (
     text_action,
     unpacked,
     with_ours,
-    xml_action,
     xml_call,
+    xml_call_action,
 )
 from schemas.record_files import dumps
 from schemas.transition import Action, Transition
@@ -303,7 +304,7 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
 
     def close() -> None:  # a call nothing answered is no transition (no next state), unless it ends the run
         nonlocal open_calls
-        steps.extend(Step(c.action, "\n".join(c.answers), c.error) for c in open_calls if c.answers or c.action.kind == "finish")
+        steps.extend(Step(c.action, "\n".join(c.answers), c.error) for c in open_calls if c.answers or ends_run(c.action))
         open_calls = []
 
     chat = [(i, one) for i, m in enumerate(messages) for one in _as_chat(m)]
@@ -341,7 +342,7 @@ def _conversation(messages: list, meta: dict, record: Any) -> Iterator[Episode]:
                 need(isinstance(legacy.get("name"), str), f"{where}.function_call.name: missing")
                 open_calls.append(_Call(None, legacy["name"], canonical_action(legacy["name"], _args(legacy.get("arguments")))))
             elif xml is not None:  # OpenHands without function calling: the call in the text
-                open_calls.append(_Call(None, xml[0], xml_action(content) or text_action(content)))
+                open_calls.append(_Call(None, xml[0], xml_call_action(*xml)))
             elif content and content != "None" and role not in CALL_ROLES:
                 said = text_action(content)
         elif role in ANSWER_ROLES:

@@ -9,9 +9,9 @@ Every SWE-agent action is a command typed into the agent's shell (its interface 
 are shell functions there), so each becomes ``run`` (``submit``, and mini-swe-agent's
 ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``, become ``submit``); the observation is what
 came back (a command nothing answered, as the last of a run cut short, is no transition). A
-JSON array of messages is one run (mini-swe-agent's early ``.traj.json``). An assistant message gives its command as SWE-agent
-recorded it (``action``), else as a tool call (``tool_calls``: the first one, as
-SWE-agent runs one a turn) or in the text: an XML function call (``<function=bash>``
+JSON array of messages is one run (mini-swe-agent's early ``.traj.json``). An assistant
+message gives its command as SWE-agent recorded it (``action``), else as a tool call
+(``tool_calls``: the first one, as SWE-agent runs one a turn) or in the text: an XML function call (``<function=bash>``
 with ``<parameter=command>``, the format SWE-smith trains on) or the last fenced block. A
 tool call or XML call is spelled as SWE-agent's parser spells it: ``bash``'s command as it
 is, any other tool's name and then its arguments, each quoted for the shell. The first
@@ -28,7 +28,7 @@ from typing import Any
 
 import re2
 
-from formats.episode import CONTENT_ID, LINEAR, Episode, Step, as_text, loads, need, unpacked, xml_call
+from formats.episode import CONTENT_ID, LINEAR, Episode, Step, as_text, ends_run, loads, need, unpacked, xml_call
 from schemas.transition import Action
 
 NAME = "swe-agent"
@@ -148,13 +148,13 @@ def _from_messages(messages: list) -> Iterator[Step]:
             continue
         role = m.get("role")
         if role in ("assistant", "ai"):
-            if pending is not None and (seen or pending.kind == "submit"):  # else nothing answered it: no next state
+            if pending is not None and (seen or ends_run(pending)):  # else nothing answered it: no next state
                 yield Step(pending, "\n".join(seen))
             command = _command(m, i)
             pending, seen = (action_of(command) if command and command.strip() else None), []
         elif role in ("tool", "user") and pending is not None:
             seen.append(as_text(m.get("content", m.get("text"))))
-    if pending is not None and (seen or pending.kind == "submit"):
+    if pending is not None and (seen or ends_run(pending)):
         yield Step(pending, "\n".join(seen))
 
 
